@@ -1,0 +1,250 @@
+"""AWS access: one boto3 session per run, clients with botocore's retry modes, error translation.
+
+Region and credentials follow the usual AWS chain: ``--region``/``--profile`` (or hpkv.yaml,
+``HPKV_REGION``/``HPKV_PROFILE``), then ``AWS_REGION``/``AWS_DEFAULT_REGION``/``AWS_PROFILE`` and
+the shared config files. Endpoints follow botocore's own ``AWS_ENDPOINT_URL[_<SERVICE>]``
+variables, which is how the test harness points hpkv at its local emulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import threading
+from collections.abc import Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from hpkv import __version__
+from hpkv.errors import (
+    AccessDenied,
+    ApiError,
+    ConnectionFailed,
+    CredentialsError,
+    HpkvError,
+    NotFound,
+    PreconditionFailed,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    import boto3
+
+    from hpkv.config import Settings
+    from hpkv.output.reporter import Reporter
+
+RETRY_MODE_ENV = "HPKV_AWS_RETRY_MODE"
+
+_EXPIRED = {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}
+_BAD_CREDENTIALS = {
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "AuthFailure",
+}
+_DENIED = {
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "UnauthorizedException",
+    "Forbidden",
+}
+_NOT_FOUND = {"ResourceNotFound", "ResourceNotFoundException", "NoSuchEntity", "NotFoundException"}
+_CONFLICT = {"ResourceInUse", "ResourceInUseException", "ConflictException"}
+
+
+class AwsClients:
+    """Lazily created boto3 clients sharing one session."""
+
+    def __init__(self, settings: Settings, *, reporter: Reporter | None = None) -> None:
+        self.settings = settings
+        self.reporter = reporter
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @cached_property
+    def session(self) -> boto3.Session:
+        import boto3
+        import botocore.exceptions
+
+        try:
+            session = boto3.Session(
+                profile_name=self.settings.profile or None,
+                region_name=self.settings.region or None,
+            )
+        except botocore.exceptions.ProfileNotFound:
+            raise UsageError(
+                f"AWS profile '{self.settings.profile}' is not in your AWS config files",
+                fix="pass an existing --profile (see 'aws configure list-profiles')",
+            ) from None
+        return session
+
+    @cached_property
+    def region(self) -> str:
+        region = self.session.region_name
+        if not region:
+            raise UsageError(
+                "no AWS region configured",
+                fix="pass --region (e.g. us-west-2), set 'region:' in hpkv.yaml or export AWS_REGION",
+            )
+        self._check_region(region)
+        return region
+
+    def _check_region(self, region: str) -> None:
+        known: set[str] = set()
+        for partition in self.session.get_available_partitions():
+            known.update(self.session.get_available_regions("sagemaker", partition))
+        if not known or region in known:
+            return
+        close = difflib.get_close_matches(region, sorted(known), n=1, cutoff=0.75)
+        if close:
+            raise UsageError(
+                f"unknown AWS region '{region}'",
+                fix=f"did you mean --region {close[0]}?",
+            )
+        if self.reporter is not None:
+            self.reporter.warn(f"region '{region}' is not in botocore's region list; trying it")
+
+    def _config(self) -> Any:
+        from botocore.config import Config
+
+        mode = os.environ.get(RETRY_MODE_ENV, "standard")
+        if mode not in ("standard", "adaptive", "legacy"):
+            mode = "standard"
+        return Config(
+            retries={"mode": mode, "max_attempts": 8},
+            connect_timeout=10,
+            read_timeout=60,
+            user_agent_extra=f"hpkv/{__version__}",
+        )
+
+    def client(self, service: str) -> Any:
+        with self._lock:  # boto3 client creation is not thread-safe
+            if service not in self._clients:
+                region = self.region
+                with translate_errors(f"create the {service} client"):
+                    self._clients[service] = self.session.client(
+                        service, region_name=region, config=self._config()
+                    )
+            return self._clients[service]
+
+    @property
+    def sagemaker(self) -> Any:
+        return self.client("sagemaker")
+
+    @property
+    def eks(self) -> Any:
+        return self.client("eks")
+
+    @property
+    def iam(self) -> Any:
+        return self.client("iam")
+
+    @property
+    def sts(self) -> Any:
+        return self.client("sts")
+
+    @property
+    def s3(self) -> Any:
+        return self.client("s3")
+
+    def caller_identity(self) -> dict[str, Any]:
+        with translate_errors("sts:GetCallerIdentity"):
+            return self.sts.get_caller_identity()
+
+
+def error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def error_message(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Message", "")) or str(exc)
+
+
+@contextlib.contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Turn botocore exceptions raised inside the block into one-line HpkvErrors."""
+    import botocore.exceptions as bex
+
+    try:
+        yield
+    except HpkvError:
+        raise
+    except (bex.NoCredentialsError, bex.PartialCredentialsError):
+        raise CredentialsError(
+            f"no AWS credentials found (needed to {action})",
+            fix="run 'aws configure' or 'aws sso login', pass --profile, or export "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ) from None
+    except (bex.SSOTokenLoadError, bex.UnauthorizedSSOTokenError, bex.TokenRetrievalError):
+        raise CredentialsError(
+            "the AWS SSO session has expired or is missing",
+            fix="run 'aws sso login' for your profile and retry",
+        ) from None
+    except bex.ProfileNotFound as exc:
+        raise UsageError(
+            f"AWS profile not found: {exc}",
+            fix="pass an existing --profile (see 'aws configure list-profiles')",
+        ) from None
+    except (bex.EndpointConnectionError, bex.ConnectTimeoutError) as exc:
+        raise ConnectionFailed(
+            f"cannot reach the AWS endpoint for {action}: {exc}",
+            fix="check network access, proxy settings and --region",
+        ) from None
+    except bex.ReadTimeoutError:
+        raise ConnectionFailed(
+            f"the AWS API did not answer in time ({action})",
+            fix="retry; if it persists check network access and the AWS Health Dashboard",
+        ) from None
+    except bex.ParamValidationError as exc:
+        raise UsageError(
+            f"invalid request for {action}: {exc}", fix="check the values given"
+        ) from None
+    except bex.ClientError as exc:
+        raise _client_error(exc, action) from None
+
+
+def _client_error(exc: BaseException, action: str) -> HpkvError:
+    code = error_code(exc)
+    message = error_message(exc)
+    if code in _EXPIRED:
+        return CredentialsError(
+            "the AWS credentials have expired",
+            fix="refresh them ('aws sso login' or a new session token) and retry",
+        )
+    if code in _BAD_CREDENTIALS:
+        return CredentialsError(
+            f"AWS rejected the credentials ({code})",
+            fix="check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile, and the clock",
+        )
+    if code in _DENIED:
+        return AccessDenied(
+            f"AWS denied {action}: {message}",
+            fix="grant the caller this permission (see the README's IAM section, or run "
+            "'hpkv diagnose --iam')",
+        )
+    if code in _NOT_FOUND:
+        return NotFound(f"{action}: {message}", fix="check the name and --region")
+    if code in _CONFLICT:
+        return PreconditionFailed(
+            f"{action}: {message}", fix="wait for the operation in progress, then retry"
+        )
+    if code in (
+        "ThrottlingException",
+        "Throttling",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+    ):
+        return ApiError(
+            f"AWS throttled {action} after retries",
+            fix="retry later, or set HPKV_AWS_RETRY_MODE=adaptive",
+        )
+    return ApiError(
+        f"{action} failed: {code}: {message}", fix="see the message; rerun with --debug for details"
+    )

@@ -1,0 +1,405 @@
+"""Stage 1: HyperPod Tiered Storage (the L1 CPU-memory tier), via SageMaker UpdateCluster.
+
+Sharp edge handled here: UpdateCluster with ``TieredStorageConfig`` alone is rejected with a
+ValidationException; at least one of ``NodeRecovery`` or ``InstanceGroups`` must be sent too. hpkv
+reads the cluster's current ``NodeRecovery`` and sends it back unchanged (no side effect). It never
+changes NodeRecovery and never sends InstanceGroups.
+
+When enabled, HyperPod runs the ``ai-toolkit`` DaemonSet in ``aws-hyperpod`` on every node; LMCache
+reaches it at ``sagemaker-hyperpod://<node-ip>:9200``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hpkv.aws import sagemaker
+from hpkv.context import poll_interval
+from hpkv.errors import HpkvError, PreconditionFailed, UsageError, WaitTimeout
+from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
+
+MIN_PERCENT = 20
+MAX_PERCENT = 100
+DEFAULT_PERCENT = 20
+DAEMONSET_NAMESPACE = "aws-hyperpod"
+DAEMONSET_NAME = "ai-toolkit"
+HYPERPOD_NODE_LABEL = "sagemaker.amazonaws.com/compute-type"
+HYPERPOD_NODE_VALUE = "hyperpod"
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "memoryPercent": {
+            "type": "integer",
+            "minimum": MIN_PERCENT,
+            "maximum": MAX_PERCENT,
+            "description": f"an integer percentage of instance memory, {MIN_PERCENT}..{MAX_PERCENT}",
+        },
+    },
+}
+CONFIG_DEFAULTS: dict[str, Any] = {"memoryPercent": DEFAULT_PERCENT}
+
+
+def validate_percent(value: int) -> int:
+    if not MIN_PERCENT <= value <= MAX_PERCENT:
+        raise UsageError(
+            f"--memory-percent {value} is outside the valid range {MIN_PERCENT}..{MAX_PERCENT}",
+            fix=f"pass an integer from {MIN_PERCENT} to {MAX_PERCENT} (start at {DEFAULT_PERCENT})",
+        )
+    return value
+
+
+def desired_config(percent: int) -> dict[str, Any]:
+    return {"Mode": "Enable", "InstanceMemoryAllocationPercentage": percent}
+
+
+def current_config(cluster: dict[str, Any]) -> dict[str, Any]:
+    config = cluster.get("TieredStorageConfig") or {}
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def is_enabled(config: dict[str, Any]) -> bool:
+    return str(config.get("Mode", "")).lower() == "enable"
+
+
+class TieredStorageStage(Stage):
+    name = "tiered-storage"
+    title = "Tiered Storage (L1 CPU memory tier)"
+    number = 1
+
+    # --- reads -------------------------------------------------------------------------------
+    def _cluster(self) -> dict[str, Any]:
+        return sagemaker.describe_cluster(self.ctx.aws, self.ctx.require_cluster())
+
+    def configured_percent(self) -> int:
+        return int(self.ctx.settings.section("tieredStorage").get("memoryPercent", DEFAULT_PERCENT))
+
+    def status(self) -> list[Check]:
+        cluster = self._cluster()
+        checks = [self._cluster_check(cluster)]
+        config = current_config(cluster)
+        checks.append(self._config_check(config))
+        checks.append(self._node_recovery_check(cluster))
+        checks.append(self._daemonset_check(expected=is_enabled(config)))
+        return checks
+
+    def _cluster_check(self, cluster: dict[str, Any]) -> Check:
+        status = cluster.get("ClusterStatus", "unknown")
+        name = cluster.get("ClusterName", self.ctx.settings.cluster)
+        if status == "InService":
+            return self.check("cluster", CheckState.OK, f"{name} is InService")
+        if status in ("Failed", "Deleting"):
+            reason = cluster.get("FailureMessage") or "no failure message"
+            return self.check(
+                "cluster",
+                CheckState.FAIL,
+                f"{name} is {status}: {reason}",
+                "see the cluster's events in the SageMaker console",
+            )
+        return self.check(
+            "cluster",
+            CheckState.WARN,
+            f"{name} is {status}",
+            "wait for InService (hpkv waits with --wait)",
+        )
+
+    def _config_check(self, config: dict[str, Any]) -> Check:
+        if not is_enabled(config):
+            mode = config.get("Mode", "not set")
+            return self.check(
+                "tiered-storage",
+                CheckState.WARN,
+                f"not installed (TieredStorageConfig.Mode={mode})",
+                "run 'hpkv tiered-storage apply'",
+            )
+        percent = config.get("InstanceMemoryAllocationPercentage")
+        wanted = self.configured_percent()
+        if percent != wanted:
+            return self.check(
+                "tiered-storage",
+                CheckState.WARN,
+                f"enabled with {percent}% of instance memory; hpkv.yaml asks for {wanted}%",
+                "run 'hpkv tiered-storage apply' to converge, or change tieredStorage.memoryPercent",
+            )
+        return self.check(
+            "tiered-storage", CheckState.OK, f"enabled with {percent}% of instance memory"
+        )
+
+    def _node_recovery_check(self, cluster: dict[str, Any]) -> Check:
+        value = cluster.get("NodeRecovery")
+        if value is None:
+            return self.check(
+                "node-recovery",
+                CheckState.WARN,
+                "DescribeCluster reports no NodeRecovery; UpdateCluster needs it to change "
+                "tiered storage",
+                "set it once with 'aws sagemaker update-cluster --node-recovery Automatic'",
+            )
+        return self.check(
+            "node-recovery", CheckState.OK, f"NodeRecovery={value} (sent back unchanged on update)"
+        )
+
+    def hyperpod_nodes(self) -> list[str]:
+        from hpkv.kube import kube_errors
+
+        with kube_errors("list HyperPod nodes"):
+            nodes = self.ctx.kube.core.list_node(
+                label_selector=f"{HYPERPOD_NODE_LABEL}={HYPERPOD_NODE_VALUE}"
+            ).items
+        return sorted(n.metadata.name for n in nodes)
+
+    def daemonset_report(self) -> dict[str, Any]:
+        """Desired/ready counts of the ai-toolkit DaemonSet and the HyperPod nodes lacking it."""
+        from hpkv.kube import is_status, kube_errors
+
+        nodes = self.hyperpod_nodes()
+        with kube_errors(f"read DaemonSet {DAEMONSET_NAMESPACE}/{DAEMONSET_NAME}"):
+            try:
+                ds = self.ctx.kube.apps.read_namespaced_daemon_set(
+                    DAEMONSET_NAME, DAEMONSET_NAMESPACE
+                )
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return {"present": False, "nodes": nodes, "missing": nodes}
+                raise
+            pod_list = self.ctx.kube.core.list_namespaced_pod(
+                DAEMONSET_NAMESPACE, label_selector=f"app={DAEMONSET_NAME}"
+            )
+        pods, pods_version = pod_list.items, pod_list.metadata.resource_version
+        ready_nodes = {p.spec.node_name for p in pods if p.spec.node_name and _pod_ready(p)}
+        status = ds.status
+        return {
+            "present": True,
+            "desired": status.desired_number_scheduled or 0,
+            "ready": status.number_ready or 0,
+            "nodes": nodes,
+            "missing": [n for n in nodes if n not in ready_nodes],
+            "pods_version": pods_version,
+        }
+
+    def _daemonset_check(self, *, expected: bool) -> Check:
+        name = f"{DAEMONSET_NAME}-daemonset"
+        try:
+            report = self.daemonset_report()
+        except HpkvError as exc:
+            return self.check(name, CheckState.UNKNOWN, exc.one_line(), "check Kubernetes access")
+        return self._daemonset_check_from(report, expected=expected)
+
+    def _daemonset_check_from(self, report: dict[str, Any], *, expected: bool) -> Check:
+        name = f"{DAEMONSET_NAME}-daemonset"
+        nodes = report["nodes"]
+        if not report["present"]:
+            if not expected:
+                return self.check(name, CheckState.OK, "absent (tiered storage not enabled)")
+            return self.check(
+                name,
+                CheckState.FAIL,
+                f"DaemonSet {DAEMONSET_NAMESPACE}/{DAEMONSET_NAME} not found; tiered storage is "
+                "enabled",
+                "wait a few minutes after enabling; if it stays missing, disable and re-enable "
+                "tiered storage",
+            )
+        evidence = (
+            f"desired {report['desired']}, ready {report['ready']}, HyperPod nodes {len(nodes)}"
+        )
+        missing = report["missing"]
+        if missing:
+            shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+            return self.check(
+                name,
+                CheckState.WARN if len(missing) < len(nodes) else CheckState.FAIL,
+                f"{evidence}; not ready on: {shown}",
+                f"check pods with 'kubectl -n {DAEMONSET_NAMESPACE} get pods -l app={DAEMONSET_NAME} -o wide'",
+            )
+        if not nodes:
+            return self.check(
+                name,
+                CheckState.WARN,
+                f"{evidence}; no HyperPod nodes found",
+                f"nodes need the label {HYPERPOD_NODE_LABEL}={HYPERPOD_NODE_VALUE}",
+            )
+        return self.check(name, CheckState.OK, f"{evidence}; ready on every HyperPod node")
+
+    # --- plan --------------------------------------------------------------------------------
+    def _ready_cluster(self) -> dict[str, Any]:
+        """DescribeCluster, insisting on InService (waiting for it only with an explicit --wait)."""
+        cluster = self._cluster()
+        status = cluster.get("ClusterStatus")
+        if status == "InService":
+            return cluster
+        name = cluster.get("ClusterName")
+        if self.ctx.options.wait is True and status not in ("Failed", "Deleting"):
+            with self.ctx.reporter.waiting(
+                f"waiting for cluster {name} to be InService ({status})"
+            ):
+                return sagemaker.wait_for_cluster(
+                    self.ctx.aws, name, timeout=self.ctx.options.timeout, delay=poll_interval()
+                )
+        raise PreconditionFailed(
+            f"cluster '{name}' is {status}, not InService",
+            fix="rerun with --wait to wait for InService, or retry when the current operation ends"
+            if status not in ("Failed", "Deleting")
+            else "fix the cluster first (see the SageMaker console)",
+        )
+
+    def plan(self, *, memory_percent: int | None = None, **_: Any) -> Plan:
+        percent = validate_percent(
+            memory_percent if memory_percent is not None else self.configured_percent()
+        )
+        cluster = self._ready_cluster()
+        return self._plan_config(cluster, desired_config(percent))
+
+    def plan_remove(self, **_: Any) -> Plan:
+        cluster = self._ready_cluster()
+        return self._plan_config(cluster, {"Mode": "Disable"})
+
+    def _plan_config(self, cluster: dict[str, Any], desired: dict[str, Any]) -> Plan:
+        name = cluster["ClusterName"]
+        plan = Plan(stage=self.name)
+        current = current_config(cluster)
+        target = f"sagemaker cluster/{name} TieredStorageConfig"
+        enabling = is_enabled(desired)
+        if _same_config(current, desired):
+            plan.add(
+                Action(target, Verb.NONE, _describe(current) + " (unchanged)", current, desired)
+            )
+            return plan
+        node_recovery = cluster.get("NodeRecovery")
+        if node_recovery is None:
+            raise PreconditionFailed(
+                f"DescribeCluster reports no NodeRecovery for '{name}', and UpdateCluster rejects "
+                "TieredStorageConfig without it",
+                fix="set it once with 'aws sagemaker update-cluster --cluster-name "
+                f"{name} --node-recovery Automatic', then rerun",
+            )
+        verb = Verb.UPDATE
+        summary = (
+            f"{_describe(current)} -> {_describe(desired)}; NodeRecovery={node_recovery} sent back "
+            "unchanged"
+        )
+        if not enabling:
+            summary += "; removes the L1 CPU tier (LMCache falls back to recompute on this tier)"
+        plan.add(
+            Action(
+                target,
+                verb,
+                summary,
+                before={**current, "NodeRecovery": node_recovery},
+                after={**desired, "NodeRecovery": node_recovery},
+                run=lambda: self._update(name, desired, node_recovery),
+            )
+        )
+        return plan
+
+    # --- writes ------------------------------------------------------------------------------
+    def _update(self, name: str, desired: dict[str, Any], node_recovery: str) -> None:
+        sagemaker.update_cluster(
+            self.ctx.aws, name, TieredStorageConfig=desired, NodeRecovery=node_recovery
+        )
+
+    def apply(self, plan: Plan) -> ApplyResult:
+        result = self.run_plan(plan)
+        if self.ctx.options.wait is False:
+            if result.performed:
+                result.notes.append(
+                    "not waiting (--no-wait); check with 'hpkv tiered-storage status'"
+                )
+            return result
+        desired = next((a.after for a in plan.actions), None) or {}
+        if result.performed:
+            self._wait_converged(desired)
+        expected = is_enabled(desired)
+        result.checks.append(self._wait_daemonset(expected=expected))
+        return result
+
+    def remove(self, plan: Plan) -> ApplyResult:
+        return self.apply(plan)
+
+    def _wait_converged(self, desired: dict[str, Any]) -> None:
+        name = self.ctx.require_cluster()
+        condition = "ClusterStatus == 'InService' && TieredStorageConfig.Mode == '{}'".format(
+            desired["Mode"]
+        )
+        if "InstanceMemoryAllocationPercentage" in desired:
+            condition += (
+                " && TieredStorageConfig.InstanceMemoryAllocationPercentage == `{}`".format(
+                    int(desired["InstanceMemoryAllocationPercentage"])
+                )
+            )
+        with self.ctx.reporter.waiting(f"waiting for cluster {name} to return to InService"):
+            sagemaker.wait_for_cluster(
+                self.ctx.aws,
+                name,
+                timeout=self.ctx.options.timeout,
+                condition=condition,
+                what="InService with the new tiered storage setting",
+                delay=poll_interval(),
+            )
+
+    def _wait_daemonset(self, *, expected: bool) -> Check:
+        deadline = time.monotonic() + self.ctx.options.timeout
+        what = "ready on every HyperPod node" if expected else "gone"
+        with self.ctx.reporter.waiting(f"waiting for DaemonSet {DAEMONSET_NAME} to be {what}"):
+            while True:
+                report = self.daemonset_report()
+                check = self._daemonset_check_from(report, expected=expected)
+                done = check.state is CheckState.OK
+                if not expected:
+                    done = not report["present"] or done
+                if done:
+                    return check
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(
+                        f"DaemonSet {DAEMONSET_NAMESPACE}/{DAEMONSET_NAME} was not {what} within "
+                        f"{int(self.ctx.options.timeout)}s: {check.evidence}",
+                        fix=check.remediation or "check the DaemonSet's pods and rerun",
+                    )
+                self._watch_daemonset(min(remaining, 30.0), report.get("pods_version"))
+
+    def _watch_daemonset(self, seconds: float, resource_version: str | None) -> None:
+        """Block until the DaemonSet or its pods change (a watch), or ``seconds`` pass."""
+        from kubernetes import watch
+
+        from hpkv.kube import kube_errors
+
+        if resource_version is None:
+            time.sleep(min(seconds, 5.0))
+            return
+        w = watch.Watch()
+        with kube_errors("watch the ai-toolkit pods"):
+            for _event in w.stream(
+                self.ctx.kube.core.list_namespaced_pod,
+                DAEMONSET_NAMESPACE,
+                label_selector=f"app={DAEMONSET_NAME}",
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(seconds)),
+                _request_timeout=seconds + 5,
+            ):
+                w.stop()
+                break
+
+
+def _pod_ready(pod: Any) -> bool:
+    for condition in (pod.status.conditions or []) if pod.status else []:
+        if condition.type == "Ready":
+            return condition.status == "True"
+    return False
+
+
+def _same_config(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    if not is_enabled(desired):
+        return not is_enabled(current)
+    return is_enabled(current) and current.get("InstanceMemoryAllocationPercentage") == desired.get(
+        "InstanceMemoryAllocationPercentage"
+    )
+
+
+def _describe(config: dict[str, Any]) -> str:
+    if not config:
+        return "not configured"
+    if is_enabled(config):
+        return f"Enable at {config.get('InstanceMemoryAllocationPercentage')}%"
+    return "Disable"

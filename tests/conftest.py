@@ -1,0 +1,97 @@
+"""Session-wide test harness: the AWS emulator, an EKS token authenticator and a real
+kube-apiserver + etcd. Per-test fixtures reset their state and isolate HOME, cwd and env."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.aws import AwsEmulator
+from tests.harness.eks_authenticator import EksAuthenticator
+from tests.harness.kube import KubeHarness
+from tests.harness.scenario import EKS_CLUSTER, Scenario
+
+_KEEP_ENV = {
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "HPKV_HARNESS_DIR",
+    "SYSTEMROOT",
+}
+
+
+@pytest.fixture(scope="session")
+def aws_emulator() -> Iterator[AwsEmulator]:
+    emulator = AwsEmulator().start()
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def eks_authenticator(aws_emulator: AwsEmulator) -> Iterator[EksAuthenticator]:
+    authenticator = EksAuthenticator(aws_emulator.endpoint_url, cluster_name=EKS_CLUSTER).start()
+    yield authenticator
+    authenticator.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(eks_authenticator: EksAuthenticator) -> Iterator[KubeHarness]:
+    harness = KubeHarness.start(webhook_url=eks_authenticator.url)
+    yield harness
+    harness.stop()
+
+
+@pytest.fixture
+def aws(aws_emulator: AwsEmulator) -> Iterator[AwsEmulator]:
+    aws_emulator.reset()
+    yield aws_emulator
+    aws_emulator.reset()
+
+
+@pytest.fixture
+def kube(kube_cluster: KubeHarness) -> Iterator[KubeHarness]:
+    yield kube_cluster
+    kube_cluster.reset()
+
+
+@pytest.fixture
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A clean environment: no real AWS or kube config, cwd and HOME inside tmp_path."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in list(os.environ):
+        if name not in _KEEP_ENV:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(home / ".aws" / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / ".aws" / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("HPKV_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def aws_env(aws: AwsEmulator, isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> AwsEmulator:
+    for key, value in aws.env().items():
+        monkeypatch.setenv(key, value)
+    return aws
+
+
+@pytest.fixture
+def scenario(
+    aws_env: AwsEmulator, kube: KubeHarness, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> Scenario:
+    """A HyperPod cluster 'demo' on EKS 'hpkv-eks' (the test apiserver), and a kubeconfig for hpkv."""
+    kubeconfig = kube.write_kubeconfig(isolated_env / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    return Scenario(aws=aws_env, kube=kube, workdir=isolated_env, kubeconfig=kubeconfig)

@@ -1,0 +1,183 @@
+"""Helpers that play Kubernetes controllers and kubelets against the test apiserver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tests.harness.kube import KubeHarness
+
+HYPERPOD_LABELS = {
+    "sagemaker.amazonaws.com/compute-type": "hyperpod",
+    "kubernetes.io/arch": "amd64",
+    "kubernetes.io/os": "linux",
+}
+
+
+def add_nodes(
+    kube: KubeHarness,
+    names: Iterable[str],
+    *,
+    instance_type: str = "ml.g6e.4xlarge",
+    gpus: int = 1,
+    kernel: str = "5.10.238-231.953.amzn2.x86_64",
+    arch: str = "amd64",
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+) -> list[str]:
+    created = []
+    for name in names:
+        node_labels = {
+            **HYPERPOD_LABELS,
+            "kubernetes.io/arch": arch,
+            "node.kubernetes.io/instance-type": instance_type,
+            "kubernetes.io/hostname": name,
+            **(labels or {}),
+        }
+        kube.apply_object(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_labels}}
+        )
+        capacity = {
+            "cpu": "16",
+            "memory": "128Gi",
+            "pods": "110",
+            "nvidia.com/gpu": str(gpus),
+            "ephemeral-storage": "1900Gi",
+        }
+        kube.apply_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name},
+                "status": {
+                    "capacity": capacity,
+                    "allocatable": capacity,
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True" if ready else "False",
+                            "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status",
+                        }
+                    ],
+                    "nodeInfo": {
+                        "kernelVersion": kernel,
+                        "architecture": arch,
+                        "operatingSystem": "linux",
+                        "osImage": "Amazon Linux 2",
+                        "containerRuntimeVersion": "containerd://1.7.27",
+                        "kubeletVersion": "v1.33.0",
+                        "kubeProxyVersion": "v1.33.0",
+                        "machineID": name,
+                        "systemUUID": name,
+                        "bootID": name,
+                    },
+                    "addresses": [{"type": "InternalIP", "address": f"10.1.0.{len(created) + 10}"}],
+                },
+            },
+            subresource="status",
+        )
+        created.append(name)
+    return created
+
+
+def ensure_namespace(kube: KubeHarness, name: str) -> None:
+    kube.apply_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def pod_status(
+    ready: bool = True,
+    phase: str = "Running",
+    containers: Iterable[str] = ("main",),
+    waiting_reason: str | None = None,
+    restarts: int = 0,
+) -> dict[str, Any]:
+    statuses = []
+    for name in containers:
+        state: dict[str, Any] = {"running": {"startedAt": "2026-11-29T00:00:00Z"}}
+        if waiting_reason:
+            state = {"waiting": {"reason": waiting_reason, "message": waiting_reason}}
+        statuses.append(
+            {
+                "name": name,
+                "ready": ready and not waiting_reason,
+                "restartCount": restarts,
+                "image": "example",
+                "imageID": "",
+                "state": state,
+            }
+        )
+    return {
+        "phase": phase,
+        "conditions": [
+            {"type": "Ready", "status": "True" if ready and not waiting_reason else "False"}
+        ],
+        "containerStatuses": statuses,
+    }
+
+
+def play_daemonset(
+    kube: KubeHarness,
+    namespace: str,
+    name: str,
+    nodes: Iterable[str],
+    *,
+    labels: dict[str, str] | None = None,
+    ready_nodes: Iterable[str] | None = None,
+    image: str = "public.ecr.aws/example/ai-toolkit:1.0",
+) -> None:
+    """Create a DaemonSet and play its controller: one pod per node, status written."""
+    labels = labels or {"app": name}
+    nodes = list(nodes)
+    ready = set(nodes if ready_nodes is None else ready_nodes)
+    ensure_namespace(kube, namespace)
+    kube.apply_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": name, "image": image}]},
+                },
+            },
+        }
+    )
+    for node in nodes:
+        pod_name = f"{name}-{node}"[:63]
+        kube.apply_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod_name, "namespace": namespace, "labels": labels},
+                "spec": {"nodeName": node, "containers": [{"name": name, "image": image}]},
+            }
+        )
+        kube.apply_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod_name, "namespace": namespace},
+                "status": pod_status(ready=node in ready, containers=[name]),
+            },
+            subresource="status",
+        )
+    kube.apply_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {
+                "desiredNumberScheduled": len(nodes),
+                "currentNumberScheduled": len(nodes),
+                "numberReady": len(ready & set(nodes)),
+                "numberAvailable": len(ready & set(nodes)),
+                "numberMisscheduled": 0,
+                "updatedNumberScheduled": len(nodes),
+                "observedGeneration": 1,
+            },
+        },
+        subresource="status",
+    )
