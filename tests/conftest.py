@@ -27,6 +27,17 @@ _KEEP_ENV = {
 
 
 @pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """../shared beside the checkout (HPKV_SHARED_DIR overrides): upstream CRDs and chart values."""
+    root = Path(
+        os.environ.get("HPKV_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
+    )
+    if not (root / "upstream").is_dir():
+        pytest.fail(f"{root}/upstream not found: set HPKV_SHARED_DIR to the shared/ folder")
+    return root
+
+
+@pytest.fixture(scope="session")
 def aws_emulator() -> Iterator[AwsEmulator]:
     emulator = AwsEmulator().start()
     yield emulator
