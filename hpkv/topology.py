@@ -34,7 +34,7 @@ L2_MOUNT_PATH = "/mnt/curvine/l2cache"
 L2_VOLUME_NAME = "curvine-cache"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class EndpointRef:
     namespace: str
     name: str
