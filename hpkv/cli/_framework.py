@@ -177,6 +177,9 @@ class HpkvGroup(TyperGroup):
 
     def _usage_error(self, exc: Any) -> int:
         ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            sys.stdout.write(ctx.get_help() + "\n")
+            return ExitCode.OK
         where = ctx.command_path if ctx is not None else PROG
         message = " ".join(exc.format_message().split())
         _fail(f"{message}. Fix: see '{where} --help'")

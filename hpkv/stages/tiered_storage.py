@@ -213,6 +213,13 @@ class TieredStorageStage(Stage):
                 f"{evidence}; not ready on: {shown}",
                 f"check pods with 'kubectl -n {DAEMONSET_NAMESPACE} get pods -l app={DAEMONSET_NAME} -o wide'",
             )
+        if report["ready"] < len(nodes):
+            return self.check(
+                name,
+                CheckState.WARN,
+                f"{evidence}; the DaemonSet does not yet report every node ready",
+                f"check 'kubectl -n {DAEMONSET_NAMESPACE} get ds {DAEMONSET_NAME}'",
+            )
         if not nodes:
             return self.check(
                 name,

@@ -64,12 +64,21 @@ class Fault:
 
     service: str
     action: str = "*"
-    kind: str = "throttle"  # throttle | server | delay
+    kind: str = "throttle"  # throttle | server | deny | expired | delay
     times: int = 1
     seconds: float = 0.0
 
     def matches(self, service: str, action: str) -> bool:
         return self.times != 0 and self.service in ("*", service) and self.action in ("*", action)
+
+
+_FAULT_ERRORS = {
+    "throttle": ("ThrottlingException", 400),
+    "server": ("InternalFailure", 500),
+    "unavailable": ("ServiceUnavailable", 503),
+    "deny": ("AccessDeniedException", 400),
+    "expired": ("ExpiredTokenException", 400),
+}
 
 
 class Extension:
@@ -118,22 +127,34 @@ class _Middleware:
             time.sleep(emulator.latency)
         if request is None:
             return self.app(environ, start_response)
+        if "authorization" not in headers and request.region:
+            # A presigned request (e.g. an EKS token's GetCallerIdentity URL) carries its credential
+            # scope in the query; give moto's dispatcher the equivalent header so it routes by service.
+            environ["HTTP_AUTHORIZATION"] = (
+                f"AWS4-HMAC-SHA256 Credential={request.access_key}/20260101/{request.region}/"
+                f"{request.service}/aws4_request, SignedHeaders=host, Signature=presigned"
+            )
         fault = emulator._take_fault(request.service, request.action)
         if fault is not None:
             if fault.kind == "delay":
                 time.sleep(fault.seconds)
             else:
-                code, status = (
-                    ("ThrottlingException", 400)
-                    if fault.kind == "throttle"
-                    else ("InternalFailure", 500)
-                )
-                if request.service in ("iam", "sts") and fault.kind == "throttle":
-                    code = "Throttling"
-                if request.service == "sagemaker" and fault.kind == "server":
-                    code = "InternalFailure"
+                code, status = _FAULT_ERRORS[fault.kind]
+                if request.protocol == "query":
+                    code = {
+                        "ThrottlingException": "Throttling",
+                        "AccessDeniedException": "AccessDenied",
+                    }.get(code, code)
+                message = f"injected {fault.kind} fault"
+                if fault.kind == "deny":
+                    message = (
+                        f"User: arn:aws:iam::{emulator.account_id}:user/hpkv is not authorized to "
+                        f"perform: {request.service}:{request.action}"
+                    )
+                elif fault.kind == "expired":
+                    message = "The security token included in the request is expired"
                 status_code, resp_headers, payload = error(
-                    request.protocol, AwsError(code, f"injected {fault.kind} fault", status)
+                    request.protocol, AwsError(code, message, status)
                 )
                 emulator._log(request, status_code)
                 return _respond(start_response, status_code, resp_headers, payload)

@@ -1,0 +1,5 @@
+"""``python -m hpkv``."""
+
+from hpkv.cli.main import main
+
+main()
