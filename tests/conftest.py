@@ -12,6 +12,7 @@ import pytest
 from tests.harness.aws import AwsEmulator
 from tests.harness.eks_authenticator import EksAuthenticator
 from tests.harness.kube import KubeHarness
+from tests.harness.kube_proxy import KubeProxy
 from tests.harness.scenario import EKS_CLUSTER, Scenario
 
 _KEEP_ENV = {
@@ -106,3 +107,19 @@ def scenario(
     kubeconfig = kube.write_kubeconfig(isolated_env / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     return Scenario(aws=aws_env, kube=kube, workdir=isolated_env, kubeconfig=kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def kube_proxy_server(kube_cluster: KubeHarness) -> Iterator[KubeProxy]:
+    proxy = KubeProxy(kube_cluster).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def kube_proxy(kube_proxy_server: KubeProxy, scenario: Scenario) -> Iterator[KubeProxy]:
+    """Route hpkv's Kubernetes traffic through the fault/latency proxy (EKS endpoint and kubeconfig)."""
+    kube_proxy_server.clear()
+    scenario.proxy = kube_proxy_server
+    yield kube_proxy_server
+    kube_proxy_server.clear()

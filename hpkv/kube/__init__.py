@@ -423,6 +423,11 @@ def api_exception_error(exc: Any, action: str) -> HpkvError:
         )
     if status == 422:
         return ApiError(f"the API server rejected {action}: {reason}", fix="correct the object")
+    if status == 429 or status >= 500:
+        return ApiError(
+            f"the Kubernetes API kept failing while trying to {action} ({status}: {reason})",
+            fix="check the API server's health (and EKS service health), then retry",
+        )
     return ApiError(
         f"{action} failed ({status}): {reason}", fix="retry; rerun with --debug for details"
     )

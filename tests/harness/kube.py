@@ -414,6 +414,7 @@ class KubeHarness:
         *,
         user: str = "harness",
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> tuple[int, str]:
         context = ssl.create_default_context(cafile=str(self.ca_path))
         data = (
@@ -423,6 +424,8 @@ class KubeHarness:
         )
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.tokens[user]}")
+        if accept:
+            request.add_header("Accept", accept)
         if data is not None:
             request.add_header("Content-Type", content_type)
         try:
@@ -484,21 +487,26 @@ class KubeHarness:
         raise KeyError(f"{kind}.{api_version} is not served")
 
     def resources(self) -> list[dict[str, Any]]:
+        """Every served resource, from aggregated discovery (two requests)."""
         if self._resources is None:
             found: list[dict[str, Any]] = []
-            group_versions = ["v1"]
-            status, body = self.raw("GET", "/apis")
-            for group in json.loads(body).get("groups", []):
-                group_versions += [v["groupVersion"] for v in group["versions"]]
-            for gv in group_versions:
-                path = "/api/v1" if gv == "v1" else f"/apis/{gv}"
-                status, body = self.raw("GET", path)
-                if status != 200:
-                    continue
-                for res in json.loads(body).get("resources", []):
-                    if "/" in res["name"]:
-                        continue
-                    found.append({**res, "groupVersion": gv})
+            accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+            for root in ("/api", "/apis"):
+                _status, body = self.raw("GET", root, accept=accept)
+                for group in json.loads(body).get("items", []):
+                    name = group.get("metadata", {}).get("name", "")
+                    for version in group.get("versions", []):
+                        gv = f"{name}/{version['version']}" if name else version["version"]
+                        for res in version.get("resources", []):
+                            found.append(
+                                {
+                                    "name": res["resource"],
+                                    "kind": res["responseKind"]["kind"],
+                                    "namespaced": res.get("scope") == "Namespaced",
+                                    "verbs": res.get("verbs", []),
+                                    "groupVersion": gv,
+                                }
+                            )
             self._resources = found
         return self._resources
 
@@ -577,21 +585,27 @@ class KubeHarness:
         return [r for k, r in preferred.items() if k not in skip]
 
     def _all_objects(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        found = []
-        for res in self._listable():
+        from concurrent.futures import ThreadPoolExecutor
+
+        def list_items(res: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             gv = res["groupVersion"]
             prefix = "/api/v1" if gv == "v1" else f"/apis/{gv}"
             status, body = self.raw("GET", f"{prefix}/{res['name']}")
             if status != 200:
-                continue
-            for obj in json.loads(body).get("items", []):
-                found.append((res, obj))
-        return found
+                return []
+            return [(res, obj) for obj in json.loads(body).get("items", [])]
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return [pair for pairs in pool.map(list_items, self._listable()) for pair in pairs]
 
     def reset(self) -> None:
         """Delete everything tests created, playing the garbage and namespace controllers."""
+        from concurrent.futures import ThreadPoolExecutor
+
         self._resources = None
         namespaces: list[str] = []
+        crds: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        others: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for res, obj in self._all_objects():
             meta = obj["metadata"]
             key = (res["groupVersion"], res["name"], meta.get("namespace", ""), meta["name"])
@@ -599,18 +613,16 @@ class KubeHarness:
                 continue
             if res["name"] == "namespaces" and res["groupVersion"] == "v1":
                 namespaces.append(meta["name"])
-                continue
-            if res["name"] == "customresourcedefinitions":
-                continue  # last, after their objects
-            self._force_delete(res, meta)
-        for res, obj in self._all_objects():
-            meta = obj["metadata"]
-            key = (res["groupVersion"], res["name"], meta.get("namespace", ""), meta["name"])
-            if res["name"] == "customresourcedefinitions" and key not in self._baseline:
-                self._force_delete(res, meta)
-        for name in namespaces:
-            self.raw("DELETE", f"/api/v1/namespaces/{name}")
-            self.finalize_namespace(name)
+            elif res["name"] == "customresourcedefinitions":
+                crds.append((res, meta))
+            else:
+                others.append((res, meta))
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda pair: self._force_delete(*pair), others))
+            list(pool.map(lambda pair: self._force_delete(*pair), crds))
+            for name in namespaces:
+                self.raw("DELETE", f"/api/v1/namespaces/{name}")
+            list(pool.map(self.finalize_namespace, namespaces))
         self._resources = None
 
     def _force_delete(self, res: dict[str, Any], meta: dict[str, Any]) -> None:

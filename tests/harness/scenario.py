@@ -29,6 +29,7 @@ class Scenario:
     cluster_name: str = CLUSTER
     eks_name: str = EKS_CLUSTER
     node_names: list[str] = field(default_factory=list)
+    proxy: Any = None  # a KubeProxy when the test routes hpkv's Kubernetes traffic through it
 
     @property
     def sagemaker(self) -> Any:
@@ -36,9 +37,11 @@ class Scenario:
 
     def hyperpod(self, **kwargs: Any) -> Any:
         """Seed the HyperPod cluster (and its EKS cluster, pointing at the test apiserver)."""
+        if self.proxy is not None:
+            self.proxy.write_kubeconfig(self.kubeconfig)
         self.aws.extensions["eks"].seed_cluster(
             self.eks_name,
-            endpoint=self.kube.url,
+            endpoint=self.proxy.url if self.proxy is not None else self.kube.url,
             ca_data=self.kube.ca_data(),
             oidc_issuer=f"https://oidc.eks.{self.aws.region}.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF",
         )

@@ -221,9 +221,12 @@ class AwsEmulator:
             extension = extension_cls(self)
             self.extensions[extension.service] = extension
         app = _Middleware(self, DomainDispatcherApplication(create_backend_app))
-        self._server = make_server(
-            "127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler
-        )
+
+        class QuietHandler(MotoRequestHandler):
+            def log(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, daemon=True, name="aws-emulator"
         )
