@@ -82,6 +82,11 @@ def _load(cli: CliState, choice: Choice) -> tuple[Any, CostModel, dict[str, Any]
     return catalog, cost, section
 
 
+def _opt(flag: str, help: str, **kwargs: Any) -> Any:
+    """An option whose default lives elsewhere (hpkv.yaml or the workload preset)."""
+    return typer.Option(flag, help=help, show_default=False, **kwargs)
+
+
 # --- hpkv plan ----------------------------------------------------------------------------------
 def plan(
     ctx: typer.Context,
@@ -92,44 +97,29 @@ def plan(
     memory_percent: PercentOpt = None,
     tokens: Annotated[
         list[int] | None,
-        typer.Option(
+        _opt(
             "--tokens",
+            "Prompt length to compare L2 load and recompute for (repeatable; default "
+            "500 1000 1925 2500 4000 8000 16000 32000).",
             min=1,
             metavar="N",
-            help="Prompt length to compare L2 load and recompute for (repeatable; default "
-            "500 1000 1925 2500 4000 8000 16000 32000).",
-            show_default=False,
         ),
     ] = None,
     rps: Annotated[
-        float | None,
-        typer.Option(
-            "--rps", help="Traffic profile: requests per second (default 10).", show_default=False
-        ),
+        float | None, _opt("--rps", "Traffic profile: requests per second (default 10).")
     ] = None,
     prompt_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--prompt-tokens",
-            help="Traffic profile: prompt tokens (default 4000).",
-            show_default=False,
-        ),
+        int | None, _opt("--prompt-tokens", "Traffic profile: prompt tokens (default 4000).")
     ] = None,
     output_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--output-tokens",
-            help="Traffic profile: output tokens (default 256).",
-            show_default=False,
-        ),
+        int | None, _opt("--output-tokens", "Traffic profile: output tokens (default 256).")
     ] = None,
     cached_fraction: Annotated[
         float | None,
-        typer.Option(
+        _opt(
             "--cached-fraction",
-            help="Traffic profile: share of prompt tokens a cache tier holds, 0..1 (default 0.5; "
+            "Traffic profile: share of prompt tokens a cache tier holds, 0..1 (default 0.5; "
             "'hpkv simulate' estimates it).",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -274,138 +264,79 @@ def simulate(
     memory_percent: PercentOpt = None,
     workload: Annotated[
         str | None,
-        typer.Option(
+        _opt(
             "--workload",
+            "chat (shared system prompts, multi-turn; default), system-prompt, document-qa.",
             metavar="KIND",
-            help="chat (shared system prompts, multi-turn; default), system-prompt, document-qa.",
-            show_default=False,
         ),
     ] = None,
     trace: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace",
-            metavar="FILE.jsonl",
-            help="Replay a JSONL trace instead.",
-            show_default=False,
-        ),
+        Path | None, _opt("--trace", "Replay a JSONL trace instead.", metavar="FILE.jsonl")
     ] = None,
     requests: Annotated[
-        int | None,
-        typer.Option(
-            "--requests", min=1, show_default=False, help="Requests to simulate (default 20000)."
-        ),
+        int | None, _opt("--requests", "Requests to simulate (default 20000).", min=1)
     ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", show_default=False, help="Arrivals per second, Poisson (chat: 4)."),
-    ] = None,
-    users: Annotated[
-        int | None,
-        typer.Option("--users", min=1, show_default=False, help="Sessions in flight (chat: 400)."),
-    ] = None,
-    turns: Annotated[
-        int | None,
-        typer.Option("--turns", min=1, show_default=False, help="Requests per session (chat: 8)."),
-    ] = None,
+    rate: Annotated[float | None, _opt("--rate", "Arrivals per second, Poisson (chat: 4).")] = None,
+    users: Annotated[int | None, _opt("--users", "Sessions in flight (chat: 400).", min=1)] = None,
+    turns: Annotated[int | None, _opt("--turns", "Requests per session (chat: 8).", min=1)] = None,
     prefixes: Annotated[
         int | None,
-        typer.Option(
-            "--prefixes",
-            min=1,
-            show_default=False,
-            help="Distinct shared prefixes: system prompts or documents (chat: 4).",
+        _opt(
+            "--prefixes", "Distinct shared prefixes: system prompts or documents (chat: 4).", min=1
         ),
     ] = None,
     prefix_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--prefix-tokens",
-            min=1,
-            show_default=False,
-            help="Tokens per shared prefix (chat: 2048).",
-        ),
+        int | None, _opt("--prefix-tokens", "Tokens per shared prefix (chat: 2048).", min=1)
     ] = None,
     skew: Annotated[
-        float | None,
-        typer.Option(
-            "--skew",
-            show_default=False,
-            help="Zipf exponent of prefix popularity, 0 = uniform (chat: 0).",
-        ),
+        float | None, _opt("--skew", "Zipf exponent of prefix popularity, 0 = uniform (chat: 0).")
     ] = None,
     overlap: Annotated[
-        float | None,
-        typer.Option(
-            "--overlap",
-            show_default=False,
-            help="Share of sessions on a shared prefix, 0..1 (default 1).",
-        ),
+        float | None, _opt("--overlap", "Share of sessions on a shared prefix, 0..1 (default 1).")
     ] = None,
     context_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--context-tokens", show_default=False, help="Private context per session (chat: 512)."
-        ),
+        int | None, _opt("--context-tokens", "Private context per session (chat: 512).")
     ] = None,
     question_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--question-tokens", min=1, show_default=False, help="Tokens per question (chat: 128)."
-        ),
+        int | None, _opt("--question-tokens", "Tokens per question (chat: 128).", min=1)
     ] = None,
     answer_tokens: Annotated[
-        int | None,
-        typer.Option("--answer-tokens", show_default=False, help="Tokens per answer (chat: 256)."),
+        int | None, _opt("--answer-tokens", "Tokens per answer (chat: 256).")
     ] = None,
     strategy: Annotated[
         list[str] | None,
-        typer.Option(
+        _opt(
             "--strategy",
+            "roundrobin, session, prefixaware, kvaware (repeatable; default all).",
             metavar="NAME",
-            show_default=False,
-            help="roundrobin, session, prefixaware, kvaware (repeatable; default all).",
         ),
     ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option("--seed", min=0, show_default=False, help="Random seed (default 0)."),
-    ] = None,
+    seed: Annotated[int | None, _opt("--seed", "Random seed (default 0).", min=0)] = None,
     l2_ttl: Annotated[
         str | None,
-        typer.Option(
+        _opt(
             "--l2-ttl",
+            "L2 time to live from the write (e.g. 30m, 7d; default none).",
             metavar="DURATION",
-            show_default=False,
-            help="L2 time to live from the write (e.g. 30m, 7d; default none).",
         ),
     ] = None,
     kvaware_threshold: Annotated[
         int | None,
-        typer.Option(
-            "--kvaware-threshold",
-            min=0,
-            show_default=False,
-            help="kvaware fallback threshold in tokens (default 2000).",
-        ),
+        _opt("--kvaware-threshold", "kvaware fallback threshold in tokens (default 2000).", min=0),
     ] = None,
     chart: Annotated[
         Path | None,
-        typer.Option(
-            "--chart",
-            metavar="FILE.png",
-            show_default=False,
-            help="Where to write the chart (default hpkv-simulate.png).",
+        _opt(
+            "--chart", "Where to write the chart (default hpkv-simulate.png).", metavar="FILE.png"
         ),
     ] = None,
     no_chart: Annotated[bool, typer.Option("--no-chart", help="Write no chart.")] = False,
     replay: Annotated[
         Path | None,
-        typer.Option(
+        _opt(
             "--replay",
+            "Compare an 'hpkv bench' result with the cost model instead.",
             metavar="RESULT.json",
-            show_default=False,
-            help="Compare an 'hpkv bench' result with the cost model instead.",
         ),
     ] = None,
 ) -> None:
@@ -418,8 +349,7 @@ def simulate(
         return
     from hpkv.sizing import runner
 
-    catalog, cost, section = _load(cli, choice)
-    del catalog
+    _catalog, cost, section = _load(cli, choice)
     simulate_section = dict(section.get("simulate") or {})
     flags = {
         "workload": workload,
@@ -454,17 +384,16 @@ def simulate(
 
 
 def _ttl(value: str | None) -> float | None:
+    """--l2-ttl in seconds: 0/none/off, a duration (90s, 30m, 1h) or days (7d, Curvine's unit)."""
     if value is None:
         return None
+    from hpkv.context import parse_duration
+
     text = value.strip().lower()
     if text in ("0", "none", "off"):
         return 0.0
     if text.endswith("d"):
-        from hpkv.context import parse_duration
-
         return parse_duration(text[:-1] + "h", default=0.0) * 24
-    from hpkv.context import parse_duration
-
     return parse_duration(text, default=0.0)
 
 

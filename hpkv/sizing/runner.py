@@ -73,13 +73,7 @@ class Simulation:
 
     def to_dict(self) -> dict[str, Any]:
         cost = self.cost
-        strategies = []
-        for cluster in self.clusters:
-            row = cluster.result()
-            duration = max(cluster.last_t - (cluster.first_t or 0.0), 1e-9)
-            written = cluster.l2_chunks_written * cost.chunk_bytes
-            row["l2WriteGBps"] = round(written / duration / 1e9, 4)
-            strategies.append(row)
+        strategies = [cluster.result(cost.chunk_bytes) for cluster in self.clusters]
         workload: dict[str, Any]
         if self.spec is not None:
             workload = self.spec.to_dict()
@@ -95,9 +89,7 @@ class Simulation:
             "workload": workload,
             "cluster": self.cluster.to_dict(),
             "requests": self.requests,
-            "simulatedSeconds": round(self.clusters[0].last_t - (self.clusters[0].first_t or 0), 3)
-            if self.clusters
-            else 0.0,
+            "simulatedSeconds": round(self.clusters[0].duration_s, 3),
             "strategies": strategies,
             "best": _best(strategies),
         }
@@ -143,7 +135,8 @@ def workload(
     longest = (
         spec.prefix_tokens
         + spec.context_tokens
-        + spec.turns * (spec.question_tokens + spec.answer_tokens)
+        + spec.turns * spec.question_tokens
+        + (spec.turns - 1) * spec.answer_tokens
     )
     if longest > limit:
         raise UsageError(

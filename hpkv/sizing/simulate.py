@@ -1,22 +1,25 @@
 """``hpkv simulate``: replay a workload against N replicas with three cache tiers and compare
 routing strategies.
 
-Model, per replica: an L0 block cache (vLLM prefix cache: 16-token blocks, LRU; a finished
-request's blocks are freed tail first, so the tail is evicted first) and an L1 chunk cache
-(LMCache CPU: 256-token chunks, LRU, stored and refreshed in prompt order, so a prompt's head is
-evicted first and its tail becomes unreachable); one shared L2 (chunks, capacity with LRU, TTL
-counted from the write as Curvine does from mtime). A request hits the longest run of leading
+Model, per replica: an L0 block cache (vLLM prefix cache: 16-token blocks, LRU) and an L1 chunk
+cache (LMCache CPU: 256-token chunks, LRU); one shared L2 (chunks, capacity with LRU, and a TTL
+counted from the write, as Curvine counts from mtime). A request hits the longest run of leading
 blocks in L0; LMCache then serves the longest run of leading chunks found in L1 or L2 beyond
-that; the rest is recomputed, and LMCache stores the chunks it did not find. Chunks read from L2
-are copied into L1. Only whole chunks are stored, and the last prompt token is always recomputed.
+that, copying chunks read from L2 into L1; the rest is recomputed, and LMCache stores the chunks
+it did not find (whole chunks only; the last prompt token is always recomputed). A lookup
+refreshes what it matched.
 
-Caches hold whole segments (see :mod:`hpkv.sizing.workload`) with a count of resident units; a
-partly evicted segment keeps its leading blocks (L0) or only unreachable units (L1/L2, stored as
-a negative count). Touching a segment refreshes all of its units at once; tests compare this
-with the block-by-block form.
+Every tier records a request's prompt tail first, so the tail is evicted first and a partly
+evicted prompt keeps its leading blocks or chunks. That is how vLLM frees blocks; LMCache
+refreshes chunks in prompt order, which can strand a prompt's tail behind an evicted head, so
+for L1 and L2 this keeps the reachable part a little more often than LMCache would.
 
-TTFT per request = queueing behind earlier prefills on the same replica + the cost model's TTFT
-(:class:`hpkv.sizing.costmodel.CostModel`). Decode work is not modelled in the queue.
+Caches hold whole segments (see :mod:`hpkv.sizing.workload`) with a count of resident leading
+units, which gives exactly the block-by-block results (tests compare both) except that a segment
+read partly from L2 is copied to L1 whole.
+
+TTFT per request = waiting behind earlier prefills on the same replica + the cost model's TTFT
+(:class:`hpkv.sizing.costmodel.CostModel`). Decode work is not queued.
 """
 
 from __future__ import annotations
@@ -232,11 +235,10 @@ class Cluster:
         """production-stack's kvaware: the replica whose LMCache holds the longest prefix, unless
         that match is shorter than the prompt minus the threshold; then session routing. Ties go
         to the session's replica when it is among them, else to the first."""
-        keys = [(node_id, units) for node_id, _end, _blocks, units in path if units]
         scores = []
         for get in self._l1_gets:
             chunks = 0
-            for node_id, units in keys:
+            for node_id, _end, _blocks, units in path:
                 got = get(node_id, 0)
                 if got < units:
                     chunks += got
@@ -338,7 +340,7 @@ class Cluster:
         # prompt and the output; L1 keeps what it held, what was read from L2 and what LMCache
         # stored; L2 refreshes what was read from it and stores what LMCache did not find.
         used0 = self.l0_used[replica]
-        for node_id, _end, units, _chunks in reversed(output):
+        for node_id, _end, units, _chunks in reversed(path[stop0:] + output):
             if units:
                 before = l0_get(node_id)
                 if before is None:
@@ -349,23 +351,13 @@ class Cluster:
                     if before < units:
                         l0[node_id] = units
                         used0 += units - before
+        for node_id, _end, units, _chunks in reversed(path[:stop0]):
+            if units:
+                l0_move(node_id)  # fully held: refresh
         used1 = self.l1_used[replica]
         used2 = self.l2_used
         index = len(path) - 1
-        for node_id, _end, units, chunks in reversed(path):
-            if units:
-                if index < stop0:
-                    l0_move(node_id)
-                else:
-                    before = l0_get(node_id)
-                    if before is None:
-                        l0[node_id] = units
-                        used0 += units
-                    else:
-                        l0_move(node_id)
-                        if before < units:
-                            l0[node_id] = units
-                            used0 += units - before
+        for node_id, _end, _blocks, chunks in reversed(path):
             if chunks:
                 if index < stop1:
                     if via_l2 is not None and index in via_l2:
@@ -437,6 +429,11 @@ class Cluster:
         return sum(self.routed)
 
     @property
+    def duration_s(self) -> float:
+        """Simulated time from the first arrival to the last."""
+        return self.last_t - (self.first_t or 0.0)
+
+    @property
     def prompt_tokens(self) -> int:
         return self.tokens_l0 + self.tokens_l1 + self.tokens_l2 + self.recomputed
 
@@ -465,9 +462,10 @@ class Cluster:
                 points.append((math.exp((bucket + 1) / _HIST_K), seen / total))
         return points
 
-    def result(self) -> dict[str, Any]:
+    def result(self, chunk_bytes: int = 0) -> dict[str, Any]:
+        """The strategy's figures; chunk_bytes (KV bytes of one chunk) gives the L2 write rate."""
         total = max(self.prompt_tokens, 1)
-        duration_s = max(self.last_t - (self.first_t or 0.0), 1e-9)
+        duration_s = max(self.duration_s, 1e-9)
         busiest = max(self.busy_ms) if self.busy_ms else 0.0
         return {
             "strategy": self.strategy,
@@ -495,7 +493,7 @@ class Cluster:
             },
             "replicaRequests": list(self.routed),
             "busiestReplicaUtilization": round(busiest / (duration_s * 1000), 4),
-            "l2WriteGBps": 0.0,  # filled in by the caller, who knows the chunk size in bytes
+            "l2WriteGBps": round(self.l2_chunks_written * chunk_bytes / duration_s / 1e9, 4),
             "l2ChunksWritten": self.l2_chunks_written,
         }
 
