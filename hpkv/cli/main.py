@@ -150,6 +150,10 @@ def _register() -> None:
     from hpkv.cli import tiered_storage
 
     app.add_typer(tiered_storage.app, name="tiered-storage")
+    from hpkv.cli import sizing
+
+    app.command("plan")(sizing.plan)
+    app.command("simulate")(sizing.simulate)
 
 
 _register()
