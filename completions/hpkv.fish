@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --cluster --config --context --kubeconfig --memory-percent --output --profile --region --timeout -o
+    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -16,6 +16,10 @@ function __hpkv_path
             continue
         end
         switch "$cmdpath|$word"
+            case '|plan'
+                set cmdpath 'plan'
+            case '|simulate'
+                set cmdpath 'simulate'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
             case 'tiered-storage|apply'
@@ -30,6 +34,8 @@ function __hpkv_path
 end
 
 complete -c hpkv -f
+complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
 complete -c hpkv -n "test (__hpkv_path) = ''" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l region -r -d "AWS region (default: AWS_REGION / profile)."
@@ -46,6 +52,73 @@ complete -c hpkv -n "test (__hpkv_path) = ''" -l verbose -s v -d "More progress 
 complete -c hpkv -n "test (__hpkv_path) = ''" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l model -r -d "Catalog key (qwen2-7b, qwen2.5-32b, llama-3.1-8b, llama-3.1-70b, ...),"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l instance-type -r -d "e.g. ml.g6e.4xlarge, ml.g5.12xlarge, ml.p5.48xlarge (default sizing.in"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l replicas -r -d "vLLM replicas (default sizing.replicas, else 2)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l tp -r -d "Tensor-parallel GPUs per replica (default 1)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l memory-percent -r -d "Host memory share of the L1 tier, 20..100 (default tieredStorage.memor"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l tokens -r -d "Prompt length to compare L2 load and recompute for (repeatable; defaul"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l rps -r -d "Traffic profile: requests per second (default 10)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l prompt-tokens -r -d "Traffic profile: prompt tokens (default 4000)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l output-tokens -r -d "Traffic profile: output tokens (default 256)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l cached-fraction -r -d "Traffic profile: share of prompt tokens a cache tier holds, 0..1 (defa"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l model -r -d "Catalog key (qwen2-7b, qwen2.5-32b, llama-3.1-8b, llama-3.1-70b, ...),"
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l instance-type -r -d "e.g. ml.g6e.4xlarge, ml.g5.12xlarge, ml.p5.48xlarge (default sizing.in"
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l replicas -r -d "vLLM replicas (default sizing.replicas, else 2)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l tp -r -d "Tensor-parallel GPUs per replica (default 1)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l memory-percent -r -d "Host memory share of the L1 tier, 20..100 (default tieredStorage.memor"
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l workload -r -d "chat (shared system prompts, multi-turn; default), system-prompt, docu"
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l trace -r -F -d "Replay a JSONL trace instead."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l requests -r -d "Requests to simulate (default 20000)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l rate -r -d "Arrivals per second, Poisson (chat: 4)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l users -r -d "Sessions in flight (chat: 400)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l turns -r -d "Requests per session (chat: 8)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l prefixes -r -d "Distinct shared prefixes: system prompts or documents (chat: 4)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l prefix-tokens -r -d "Tokens per shared prefix (chat: 2048)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l skew -r -d "Zipf exponent of prefix popularity, 0 = uniform (chat: 0)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l overlap -r -d "Share of sessions on a shared prefix, 0..1 (default 1)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l context-tokens -r -d "Private context per session (chat: 512)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l question-tokens -r -d "Tokens per question (chat: 128)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l answer-tokens -r -d "Tokens per answer (chat: 256)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l strategy -r -d "roundrobin, session, prefixaware, kvaware (repeatable; default all)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l seed -r -d "Random seed (default 0)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l l2-ttl -r -d "L2 time to live from the write (e.g. 30m, 7d; default none)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l kvaware-threshold -r -d "kvaware fallback threshold in tokens (default 2000)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l chart -r -d "Where to write the chart (default hpkv-simulate.png)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l no-chart -d "Write no chart."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l replay -r -d "Compare an hpkv bench result with the cost model instead."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a apply -d "Enable Tiered Storage (UpdateCluster; NodeRecovery is sent back unchan"
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a remove -d "Disable Tiered Storage (Mode=Disable), after confirmation."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a status -d "Show the API state, the memory percentage and the ai-toolkit DaemonSet"

@@ -184,6 +184,8 @@ class KubeClients:
             respect_retry_after_header=True,
             raise_on_status=False,
         )
+        # status runs checks concurrently: allow as many connections as worker threads
+        configuration.connection_pool_maxsize = 32
         return client.ApiClient(configuration)
 
     def _for_hyperpod_cluster(self, path: str | None, cluster_name: str) -> Any:
