@@ -106,3 +106,28 @@ def scenario(
     kubeconfig = kube.write_kubeconfig(isolated_env / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     return Scenario(aws=aws_env, kube=kube, workdir=isolated_env, kubeconfig=kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def curvine_chart_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Helm repository on 127.0.0.1 serving the stand-in Curvine charts (tests/fixtures/charts)."""
+    from tests.harness.curvine import ChartRepo
+
+    repo = ChartRepo.build(tmp_path_factory.mktemp("curvine-charts")).start()
+    yield repo
+    repo.stop()
+
+
+@pytest.fixture
+def curvine(
+    scenario: Scenario,
+    curvine_chart_repo: object,
+    shared_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[object]:
+    """Stage 3's world: GPU nodes, an endpoint, the chart repo, a stub master, played controllers."""
+    from tests.harness.curvine import CurvineEnv
+
+    env = CurvineEnv(scenario, curvine_chart_repo, shared_dir, monkeypatch)
+    yield env
+    env.stop()
