@@ -198,31 +198,35 @@ def describe_addon(aws: AwsClients, cluster: str) -> dict[str, Any] | None:
 
 
 def create_addon(aws: AwsClients, cluster: str, role_arn: str, version: str | None) -> None:
-    params: dict[str, Any] = {
-        "clusterName": cluster,
-        "addonName": ADDON_NAME,
-        "serviceAccountRoleArn": role_arn,
-        # NONE: fail rather than overwrite a self-managed driver's objects.
-        "resolveConflicts": "NONE",
-    }
-    if version:
-        params["addonVersion"] = version
-    with translate_errors(f"eks:CreateAddon {ADDON_NAME} on '{cluster}'"):
-        aws.eks.create_addon(**params)
+    # NONE: fail rather than overwrite a self-managed driver's objects.
+    _addon_request(aws, "CreateAddon", cluster, role_arn, version, resolve_conflicts="NONE")
 
 
 def update_addon(aws: AwsClients, cluster: str, role_arn: str, version: str | None) -> None:
+    # PRESERVE: keep configuration the user changed on the add-on's objects.
+    _addon_request(aws, "UpdateAddon", cluster, role_arn, version, resolve_conflicts="PRESERVE")
+
+
+def _addon_request(
+    aws: AwsClients,
+    operation: str,
+    cluster: str,
+    role_arn: str,
+    version: str | None,
+    *,
+    resolve_conflicts: str,
+) -> None:
     params: dict[str, Any] = {
         "clusterName": cluster,
         "addonName": ADDON_NAME,
         "serviceAccountRoleArn": role_arn,
-        # PRESERVE: keep configuration the user changed on the add-on's objects.
-        "resolveConflicts": "PRESERVE",
+        "resolveConflicts": resolve_conflicts,
     }
     if version:
         params["addonVersion"] = version
-    with translate_errors(f"eks:UpdateAddon {ADDON_NAME} on '{cluster}'"):
-        aws.eks.update_addon(**params)
+    method = {"CreateAddon": aws.eks.create_addon, "UpdateAddon": aws.eks.update_addon}[operation]
+    with translate_errors(f"eks:{operation} {ADDON_NAME} on '{cluster}'"):
+        method(**params)
 
 
 def wait_addon_active(

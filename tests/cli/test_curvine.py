@@ -203,6 +203,16 @@ def test_first_install_of_an_old_chart_formats_once_and_turns_the_flags_off(
     assert curvine.format_flags_by_revision() == {1: True, 2: False, 3: False}
 
 
+def test_format_flags_go_off_even_when_the_master_never_starts(curvine: CurvineEnv) -> None:
+    curvine.player.stalled.add("curvine-master")
+    env = {"HPKV_CURVINE__CHART_VERSION": "0.3.1-alpha", "HPKV_TIMEOUT": "2s"}
+    result = _apply(curvine, "--yes", env=env)
+    assert result.exit_code == 1, result
+    assert "timed out after 2s waiting for Curvine master pods to start" in result.stderr
+    assert "the format flags have been turned off" in result.stderr
+    assert curvine.format_flags_by_revision() == {1: True, 2: False}
+
+
 def test_reinstall_over_kept_volumes_never_formats(curvine: CurvineEnv) -> None:
     env = {"HPKV_CURVINE__CHART_VERSION": "0.3.1-alpha"}
     assert _apply(curvine, "--yes").exit_code == 0
@@ -282,9 +292,11 @@ def test_reformat_without_an_installed_cluster_is_a_usage_error(curvine: Curvine
 
 
 def _master_pod_uid(curvine: CurvineEnv) -> str:
-    pod = curvine.kube.get_object("v1", "Pod", "curvine-master-0", "curvine")
-    assert pod is not None
-    return pod["metadata"]["uid"]
+    def get() -> Any:
+        return curvine.kube.get_object("v1", "Pod", "curvine-master-0", "curvine")
+
+    curvine.kube.wait_until(lambda: get() is not None, what="the played master pod")
+    return get()["metadata"]["uid"]
 
 
 def test_status_ok_warning_and_critical_from_the_master_api(curvine: CurvineEnv) -> None:

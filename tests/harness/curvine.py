@@ -218,6 +218,8 @@ class CurvinePlayer:
         self.l2_class = l2_class
         self.interval = interval
         self.errors: list[str] = []
+        # StatefulSets whose pods never start (a master stuck in a crash loop, say).
+        self.stalled: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="curvine-player")
 
@@ -248,7 +250,8 @@ class CurvinePlayer:
         owners: set[str] = set()
         for sts in self._list(f"/apis/apps/v1/namespaces/{ns}/statefulsets"):
             owners.add(f"StatefulSet/{sts['metadata']['name']}")
-            self._play_statefulset(sts)
+            if sts["metadata"]["name"] not in self.stalled:
+                self._play_statefulset(sts)
         for ds in self._list(f"/apis/apps/v1/namespaces/{ns}/daemonsets"):
             owners.add(f"DaemonSet/{ds['metadata']['name']}")
             self._play_daemonset(ds)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from hpkv.config import deep_merge
 from hpkv.errors import PreconditionFailed, WaitTimeout
 from hpkv.stages.base import Stage
 from hpkv.stages.curvine.values import (
@@ -19,7 +20,6 @@ from hpkv.stages.curvine.values import (
     L2_SELECTOR,
     ChartSource,
     GpuNode,
-    deep_merge,
     fullname,
     parse_quantity,
     validate_config,

@@ -3,7 +3,8 @@ data-safety rules)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpkv.context import poll_interval
@@ -306,7 +307,7 @@ class CurvineStage(CurvineStatus):
         target = f"StorageClass/{name}"
         live = classes.get(name)
         if live is not None:
-            why = "in use by the master" if deployed else "reused"
+            why = "in use" if deployed else "reused"
             if not is_suitable_ebs_class(live):
                 plan.notes.append(
                     f"StorageClass {name} is not {EBS_PROVISIONER}/gp3/WaitForFirstConsumer; "
@@ -426,12 +427,20 @@ class CurvineStage(CurvineStatus):
             # Something was installed since planning: never format an existing cluster.
             self._ensure(state.name, state.chart, state.desired)
             return
-        self._ensure(state.name, state.chart, with_format_flags(state.desired, True))
-        try:
+        with self._format_flags_on(state):
             self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), set())
+
+    @contextlib.contextmanager
+    def _format_flags_on(self, state: ReleaseState) -> Iterator[None]:
+        """Deploy with the format flags on; turn them off again however the block ends (an
+        error, a timeout, Ctrl-C), so no later restart formats."""
+        try:
+            self._ensure(state.name, state.chart, with_format_flags(state.desired, True))
+            yield
         finally:
-            self.ctx.reporter.step(f"turn the format flags off on {state.target}")
-            self._ensure(state.name, state.chart, state.desired)
+            if self.ctx.helm.current_revision(state.name, self.namespace) is not None:
+                self.ctx.reporter.step(f"turn the format flags off on {state.target}")
+                self._ensure(state.name, state.chart, state.desired)
 
     def _plan_reformat(self, plan: Plan, state: ReleaseState, nodes: list[GpuNode]) -> None:
         if state.revision is None:
@@ -457,14 +466,10 @@ class CurvineStage(CurvineStatus):
         )
 
     def _reformat(self, state: ReleaseState) -> None:
-        self._ensure(state.name, state.chart, with_format_flags(state.desired, True))
-        try:
+        with self._format_flags_on(state):
             deleted = self._delete_cluster_pods()
             self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), deleted)
             self._wait_pods_ready("worker", int(state.desired["worker"]["replicas"]), deleted)
-        finally:
-            self.ctx.reporter.step(f"turn the format flags off on {state.target}")
-            self._ensure(state.name, state.chart, state.desired)
 
     def _component_selector(self, component: str) -> str:
         return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component={component}"
@@ -677,8 +682,8 @@ class CurvineStage(CurvineStatus):
                     )
                 )
             plan.notes.append(
-                f"cached blocks in {self.cfg['dataDir']} on the GPU nodes are not deleted; a new "
-                "install does not use them"
+                f"cached blocks in {self.cfg['dataDir']} on the GPU nodes are not deleted by "
+                "hpkv; remove that directory on the nodes to reclaim the space"
             )
         elif volumes:
             plan.notes.append(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import re
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpkv.config import deep_merge
 from hpkv.errors import ConfigError, NotFound, PreconditionFailed, UsageError
 from hpkv.topology import (
     CURVINE_CSI_RELEASE,
@@ -251,16 +251,6 @@ def master_addrs(
     return ",".join(
         f"{base}-{i}.{base}.{namespace}.svc.{domain}:{port}" for i in range(int(replicas))
     )
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def dig(data: Any, *path: str, default: Any = None) -> Any:
