@@ -471,3 +471,36 @@ def test_bad_configuration_is_one_line_usage_error(
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
     assert message in result.stderr
+
+
+def test_an_addon_with_the_users_own_role_keeps_it_and_gains_the_hyperpod_permissions(
+    curvine: CurvineEnv,
+) -> None:
+    iam = curvine.scenario.aws.client("iam")
+    role = iam.create_role(RoleName="team-ebs-csi", AssumeRolePolicyDocument="{}")["Role"]
+    curvine.eks.seed_addon("hpkv-eks", "aws-ebs-csi-driver", serviceAccountRoleArn=role["Arn"])
+    result = _apply(curvine, "--yes")
+    assert result.exit_code == 0, result
+    assert curvine.eks.addon_requests == []
+    inline = iam.get_role_policy(RoleName="team-ebs-csi", PolicyName="hpkv-hyperpod-volume-attach")
+    assert "sagemaker:AttachClusterNodeVolume" in inline["PolicyDocument"]["Statement"][0]["Action"]
+    roles = [r["RoleName"] for r in iam.list_roles()["Roles"]]
+    assert "hpkv-hpkv-eks-ebs-csi" not in roles
+    code, checks, status = _status(curvine)
+    assert code == 0, status
+    assert checks["ebs-csi-permissions"]["state"] == "ok"
+    assert "team-ebs-csi" in checks["ebs-csi-permissions"]["evidence"]
+
+
+def test_a_local_chart_directory_works_and_its_version_is_checked(curvine: CurvineEnv) -> None:
+    directory = str(curvine.chart_directory)
+    env = {"HPKV_CURVINE__CHART_REPO": directory}
+    result = _apply(curvine, "--yes", env=env)
+    assert result.exit_code == 0, result
+    [entry] = curvine.history("curvine")
+    assert entry["chart"] == "curvine-0.4.1"
+
+    missing = _apply(curvine, "--dry-run", env={**env, "HPKV_CURVINE__CHART_VERSION": "0.9.9"})
+    assert missing.exit_code == 1, missing
+    assert "chart curvine-csi 0.9.9 not found in" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -493,6 +493,7 @@ class CurvineEnv:
         self.scenario = scenario
         self.kube: KubeHarness = scenario.kube
         self.repo_url = repo.url
+        self.chart_directory = repo.directory
         self.shared_dir = shared_dir
         self.helm_binary = repo.helm
         self.harness_kubeconfig = self.kube.write_kubeconfig(

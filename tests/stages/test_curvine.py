@@ -216,7 +216,7 @@ def test_chart_versions_that_need_format_flags(version: str, needed: bool) -> No
 
 # --- sizes and names ------------------------------------------------------------------------------
 def _node(name: str, disk: str | None) -> GpuNode:
-    return GpuNode(name, "5.10.0", parse_quantity(disk) if disk else None, True)
+    return GpuNode(name, "5.10.0", parse_quantity(disk) if disk else None)
 
 
 def test_worker_capacity_is_the_smallest_disk_minus_the_reserve() -> None:

@@ -112,15 +112,11 @@ class CurvineReads(Stage):
                 continue
             disk = capacity.get("ephemeral-storage")
             info = node.status.node_info
-            ready = any(
-                c.type == "Ready" and c.status == "True" for c in node.status.conditions or []
-            )
             nodes.append(
                 GpuNode(
                     name=node.metadata.name,
                     kernel=info.kernel_version if info else "",
                     disk_bytes=parse_quantity(disk) if disk else None,
-                    ready=ready,
                 )
             )
         return sorted(nodes, key=lambda n: n.name)

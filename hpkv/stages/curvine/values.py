@@ -509,7 +509,6 @@ class GpuNode:
     name: str
     kernel: str
     disk_bytes: int | None
-    ready: bool
 
 
 @dataclass(frozen=True)
