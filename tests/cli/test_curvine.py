@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.curvine import CurvineEnv
+from tests.harness.curvine import CurvineEnv, MasterStub
 from tests.harness.play import add_nodes
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws, pytest.mark.helm]
@@ -504,3 +504,35 @@ def test_a_local_chart_directory_works_and_its_version_is_checked(curvine: Curvi
     assert missing.exit_code == 1, missing
     assert "chart curvine-csi 0.9.9 not found in" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_status_finds_the_active_master_among_three(curvine: CurvineEnv) -> None:
+    env = {"HPKV_CURVINE__MASTER_REPLICAS": "3"}
+    assert _apply(curvine, "--yes", env=env).exit_code == 0
+    sc = curvine.kube.get_object("storage.k8s.io/v1", "StorageClass", "curvine-sc")
+    assert sc["parameters"]["master-addrs"].split(",") == [
+        f"curvine-master-{i}.curvine-master.curvine.svc.cluster.local:8995" for i in range(3)
+    ]
+    standby, active = curvine.stub, MasterStub()
+    try:
+        standby.set_cluster(live=2, state="Standby")
+        active.set_cluster(live=1, lost=1)
+        active.overview["master_addr"] = "curvine-master-2.curvine-master.curvine.svc:8995"
+        routes = {
+            "curvine/services/curvine-master:9000": standby.url,
+            "curvine/pods/curvine-master-0:9000": standby.url,
+            "curvine/pods/curvine-master-1:9000": standby.url,
+            "curvine/pods/curvine-master-2:9000": active.url,
+        }
+        result = curvine.scenario.hpkv(
+            "curvine", "status", "--cluster", "demo", "-o", "json",
+            env={**env, "HPKV_INCLUSTER_ROUTES": json.dumps(routes)},
+        )  # fmt: skip
+        checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+        assert checks["master"]["state"] == "ok", result
+        assert "curvine-master-2" in checks["master"]["evidence"]
+        assert "lost 1" in checks["workers"]["evidence"]
+        assert "/api/workers" in active.requests
+        assert "/api/workers" not in standby.requests
+    finally:
+        active.stop()

@@ -25,6 +25,8 @@ from hpkv.stages.curvine.values import (
 
 
 class CurvineStatus(CurvineReads):
+    _active_master: tuple[str, str] | None = None
+
     def status(self) -> list[Check]:
         self.cfg  # noqa: B018 - an invalid section fails before any API call
         checks: list[Check] = []
@@ -216,6 +218,10 @@ class CurvineStatus(CurvineReads):
         targets = [("services", self.master_base)]
         if replicas > 1:
             targets += [("pods", f"{self.master_base}-{i}") for i in range(replicas)]
+        if self._active_master in targets:
+            # Ask the master that answered Active before (a Standby knows less).
+            targets.remove(self._active_master)
+            targets.insert(0, self._active_master)
         last: tuple[str, Any] | None = None
         errors: list[str] = []
         for kind, name in targets:
@@ -231,10 +237,15 @@ class CurvineStatus(CurvineReads):
             try:
                 data = response.json()
             except ValueError:
-                errors.append(f"{where} did not answer JSON")
+                data = None
+            if not isinstance(data, dict):
+                errors.append(f"{where} did not answer a JSON object")
                 continue
             last = (where, data)
-            if path != "api/overview" or data.get("master_state") == "Active":
+            if path != "api/overview":
+                return last
+            if data.get("master_state") == "Active":
+                self._active_master = (kind, name)
                 return last
         if last is not None:
             return last
