@@ -10,9 +10,13 @@ _hpkv_completion() {
             continue
         fi
         case "$cmdpath|$word" in
+            "|curvine") cmdpath="curvine" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
+            "curvine|apply") cmdpath="curvine apply" ;;
+            "curvine|remove") cmdpath="curvine remove" ;;
+            "curvine|status") cmdpath="curvine status" ;;
             "tiered-storage|apply") cmdpath="tiered-storage apply" ;;
             "tiered-storage|remove") cmdpath="tiered-storage remove" ;;
             "tiered-storage|status") cmdpath="tiered-storage status" ;;
@@ -27,7 +31,11 @@ _hpkv_completion() {
     esac
     local words
     case "$cmdpath" in
-        "") words="plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="curvine plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "curvine") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "curvine status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "plan") words="--cached-fraction --cluster --config --context --debug --dry-run --help --instance-type --kubeconfig --memory-percent --model --no-wait --output --output-tokens --profile --prompt-tokens --region --replicas --rps --timeout --tokens --tp --verbose --version --wait --yes -h -o -v -y" ;;
         "simulate") words="--answer-tokens --chart --cluster --config --context --context-tokens --debug --dry-run --help --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --no-chart --no-wait --output --overlap --prefix-tokens --prefixes --profile --question-tokens --rate --region --replay --replicas --requests --seed --skew --strategy --timeout --tp --trace --turns --users --verbose --version --wait --workload --yes -h -o -v -y" ;;
         "tiered-storage") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

@@ -16,12 +16,20 @@ function __hpkv_path
             continue
         end
         switch "$cmdpath|$word"
+            case '|curvine'
+                set cmdpath 'curvine'
             case '|plan'
                 set cmdpath 'plan'
             case '|simulate'
                 set cmdpath 'simulate'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
+            case 'curvine|apply'
+                set cmdpath 'curvine apply'
+            case 'curvine|remove'
+                set cmdpath 'curvine remove'
+            case 'curvine|status'
+                set cmdpath 'curvine status'
             case 'tiered-storage|apply'
                 set cmdpath 'tiered-storage apply'
             case 'tiered-storage|remove'
@@ -34,6 +42,7 @@ function __hpkv_path
 end
 
 complete -c hpkv -f
+complete -c hpkv -n "test (__hpkv_path) = ''" -a curvine -d "Stage 3: the EBS CSI driver and Curvine, the shared NVMe cache (L2), v"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
@@ -52,6 +61,75 @@ complete -c hpkv -n "test (__hpkv_path) = ''" -l verbose -s v -d "More progress 
 complete -c hpkv -n "test (__hpkv_path) = ''" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a apply -d "Install or converge the EBS CSI add-on, the curvine-csi and curvine ch"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a remove -d "Delete the L2 PVCs and StorageClass and uninstall both charts, after c"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a status -d "Check the EBS CSI add-on, the releases, the master (Active), workers, "
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l reformat -d "Delete all Curvine metadata and cached blocks and start empty (asks fi"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine apply'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l delete-data -d "Also delete the masters metadata/journal volumes (EBS); kept by defaul"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine remove'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l model -r -d "Catalog key (qwen2-7b, qwen2.5-32b, llama-3.1-8b, llama-3.1-70b, ...),"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l instance-type -r -d "e.g. ml.g6e.4xlarge, ml.g5.12xlarge, ml.p5.48xlarge (default sizing.in"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l replicas -r -d "vLLM replicas (default sizing.replicas, else 2)."

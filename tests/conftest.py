@@ -123,3 +123,28 @@ def kube_proxy(kube_proxy_server: KubeProxy, scenario: Scenario) -> Iterator[Kub
     scenario.proxy = kube_proxy_server
     yield kube_proxy_server
     kube_proxy_server.clear()
+
+
+@pytest.fixture(scope="session")
+def curvine_chart_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Helm repository on 127.0.0.1 serving the stand-in Curvine charts (tests/fixtures/charts)."""
+    from tests.harness.curvine import ChartRepo
+
+    repo = ChartRepo.build(tmp_path_factory.mktemp("curvine-charts")).start()
+    yield repo
+    repo.stop()
+
+
+@pytest.fixture
+def curvine(
+    scenario: Scenario,
+    curvine_chart_repo: object,
+    shared_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[object]:
+    """Stage 3's world: GPU nodes, an endpoint, the chart repo, a stub master, played controllers."""
+    from tests.harness.curvine import CurvineEnv
+
+    env = CurvineEnv(scenario, curvine_chart_repo, shared_dir, monkeypatch)
+    yield env
+    env.stop()

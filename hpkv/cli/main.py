@@ -147,11 +147,12 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import tiered_storage
+    from hpkv.cli import curvine, sizing, tiered_storage
 
+    # stages, in run order
     app.add_typer(tiered_storage.app, name="tiered-storage")
-    from hpkv.cli import sizing
-
+    app.add_typer(curvine.app, name="curvine")
+    # sizing
     app.command("plan")(sizing.plan)
     app.command("simulate")(sizing.simulate)
 

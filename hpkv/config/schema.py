@@ -31,6 +31,7 @@ GLOBAL_KEYS: dict[str, str] = {
 SECTION_MODULES: dict[str, str] = {
     "tieredStorage": "hpkv.stages.tiered_storage",
     "sizing": "hpkv.sizing",
+    "curvine": "hpkv.stages.curvine",
 }
 
 _REGION = r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$"

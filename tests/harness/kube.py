@@ -268,6 +268,8 @@ class KubeHarness:
             "blocking",
             "--profiling=false",
             "--enable-priority-and-fairness=false",
+            # As on EKS: CSI node plugins and Curvine workers run privileged.
+            "--allow-privileged=true",
         ]
         if self.webhook_url:
             webhook_config = self.workdir / "authn-webhook.kubeconfig"

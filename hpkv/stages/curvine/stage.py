@@ -1,0 +1,730 @@
+"""Stage 3's plan, apply and remove (see the package docstring for what converges and the
+data-safety rules)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hpkv.context import poll_interval
+from hpkv.errors import PreconditionFailed, UsageError
+from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Verb
+from hpkv.stages.curvine.reads import ReleaseState
+from hpkv.stages.curvine.status import CurvineStatus
+from hpkv.stages.curvine.values import (
+    CSI_CHART,
+    CURVINE_FS_PATH,
+    EBS_PROVISIONER,
+    EBS_STORAGE_CLASS,
+    FORMAT_KEYS,
+    GPU_RESOURCE,
+    HYPERPOD_LABEL,
+    HYPERPOD_VALUE,
+    L2_SELECTOR,
+    RUNTIME_CHART,
+    GpuNode,
+    chart_needs_format_flags,
+    csi_values,
+    dig,
+    ebs_storage_class,
+    format_flags,
+    is_suitable_ebs_class,
+    l2_pvc,
+    l2_storage_class,
+    pick_ebs_class,
+    pod_ready,
+    runtime_values,
+    shorten,
+    with_format_flags,
+    worker_capacity_gi,
+)
+
+
+class CurvineStage(CurvineStatus):
+    name = "curvine"
+    title = "EBS CSI driver and Curvine (L2 shared NVMe cache)"
+    number = 3
+    # Set by plan when the add-on is still CREATING/UPDATING: apply waits for it first.
+    _addon_wait: str | None = None
+
+    # ============================================================================================
+    # plan / apply
+    # ============================================================================================
+    def plan(self, *, reformat: bool = False, **_: Any) -> Plan:
+        self.cfg  # noqa: B018 - an invalid section fails before any API call
+        plan = Plan(stage=self.name)
+        nodes = self.gpu_nodes()
+        if not nodes:
+            raise PreconditionFailed(
+                f"no HyperPod GPU nodes (label {HYPERPOD_LABEL}={HYPERPOD_VALUE} with "
+                f"{GPU_RESOURCE}) to run Curvine workers on",
+                fix="check 'kubectl get nodes -L node.kubernetes.io/instance-type' and the "
+                "cluster's instance groups",
+            )
+        self._plan_ebs_csi(plan)
+        _revision, runtime_live = self.live_release(self.release)
+        master_class = self._plan_master_storage_class(plan, runtime_live)
+        csi_chart = self.fetch_chart(self.chart_source(CSI_CHART))
+        runtime_chart = self.fetch_chart(self.chart_source(RUNTIME_CHART))
+        capacity = worker_capacity_gi(
+            nodes, reserve=self.cfg["capacityReserve"], explicit=self.cfg["workerCapacity"]
+        )
+        desired = runtime_values(
+            self.cfg, workers=len(nodes), worker_capacity_gi=capacity, master_class=master_class
+        )
+        if runtime_live is not None:
+            self._check_fixed_values(runtime_live, desired)
+        self._plan_release(
+            plan, self.release_state(self.csi_release, csi_chart, csi_values(self.cfg))
+        )
+        runtime = self.release_state(self.release, runtime_chart, desired)
+        self._plan_runtime(plan, runtime)
+        if reformat:
+            self._plan_reformat(plan, runtime, nodes)
+        self._plan_l2_objects(plan)
+        plan.notes.append(
+            f"{len(nodes)} worker(s), one per GPU node, each caching {capacity} GiB in "
+            f"{self.cfg['dataDir']}"
+        )
+        return plan
+
+    # --- EBS CSI -----------------------------------------------------------------------------
+    def _plan_ebs_csi(self, plan: Plan) -> None:
+        from hpkv.aws import ebs_csi, eks
+
+        aws = self.ctx.aws
+        cluster = self.eks_cluster["name"]
+        addon = ebs_csi.describe_addon(aws, cluster)
+        if addon is None and self._self_managed_ebs_driver():
+            plan.notes.append(
+                f"a self-managed {EBS_PROVISIONER} driver is installed: hpkv leaves it alone "
+                "(no EKS add-on); its role must allow " + ", ".join(ebs_csi.HYPERPOD_ACTIONS)
+            )
+            return
+        current_arn = (addon or {}).get("serviceAccountRoleArn")
+        if current_arn and ebs_csi.role_name_from_arn(current_arn) != self.role_name:
+            # The add-on runs with the user's own role: keep it, add the HyperPod permissions.
+            role_name = ebs_csi.role_name_from_arn(current_arn)
+            role = ebs_csi.get_role(aws, role_name)
+            if role is None:
+                raise PreconditionFailed(
+                    f"the EBS CSI add-on uses role {current_arn}, which does not exist",
+                    fix="point the add-on at an existing role, or clear its role so hpkv sets "
+                    "its own",
+                )
+            self._plan_role_policies(plan, role_name, role, attach_managed=False)
+            self._plan_addon(plan, cluster, addon, current_arn)
+            return
+        issuer = eks.oidc_issuer(self.eks_cluster)
+        if not issuer:
+            raise PreconditionFailed(
+                f"EKS cluster '{cluster}' has no OIDC issuer, which IRSA needs",
+                fix="enable it (it is on by default for EKS clusters); check 'aws eks "
+                "describe-cluster'",
+            )
+        provider_target = f"iam oidc-provider/{ebs_csi.issuer_host_path(issuer)}"
+        if ebs_csi.find_oidc_provider(aws, self.account, issuer) is None:
+            plan.add(
+                Action(
+                    provider_target,
+                    Verb.CREATE,
+                    "register the cluster's OIDC issuer with IAM (IRSA)",
+                    None,
+                    {"Url": issuer, "ClientIDList": [ebs_csi.STS_AUDIENCE]},
+                    run=lambda: ebs_csi.create_oidc_provider(aws, issuer),
+                )
+            )
+        else:
+            plan.add(Action(provider_target, Verb.NONE, "registered"))
+        role_name = self.role_name
+        role_arn = f"arn:aws:iam::{self.account}:role/{role_name}"
+        role = ebs_csi.get_role(aws, role_name)
+        self._plan_role(plan, role_name, role, issuer)
+        self._plan_role_policies(plan, role_name, role, attach_managed=True)
+        self._plan_addon(plan, cluster, addon, role_arn)
+
+    def _plan_role(self, plan: Plan, name: str, role: dict[str, Any] | None, issuer: str) -> None:
+        from hpkv.aws import ebs_csi
+
+        trust = ebs_csi.trust_policy(self.account, issuer)
+        target = f"iam role/{name}"
+        aws = self.ctx.aws
+        if role is None:
+            plan.add(
+                Action(
+                    target,
+                    Verb.CREATE,
+                    f"IRSA role for {ebs_csi.SERVICE_ACCOUNT_NAMESPACE}/{ebs_csi.SERVICE_ACCOUNT}",
+                    None,
+                    trust,
+                    run=lambda: ebs_csi.create_role(
+                        aws, name, trust, "EBS CSI driver on HyperPod (managed by hpkv)"
+                    ),
+                )
+            )
+        elif not ebs_csi.same_policy(role.get("AssumeRolePolicyDocument"), trust):
+            plan.add(
+                Action(
+                    target,
+                    Verb.UPDATE,
+                    "trust the cluster's OIDC issuer for the EBS CSI controller",
+                    ebs_csi.canonical_policy(role.get("AssumeRolePolicyDocument")),
+                    ebs_csi.canonical_policy(trust),
+                    run=lambda: ebs_csi.update_trust(aws, name, trust),
+                )
+            )
+        else:
+            plan.add(Action(target, Verb.NONE, "trust policy up to date"))
+
+    def _plan_role_policies(
+        self, plan: Plan, name: str, role: dict[str, Any] | None, *, attach_managed: bool
+    ) -> None:
+        from hpkv.aws import ebs_csi
+
+        aws = self.ctx.aws
+        if attach_managed:
+            target = f"iam role/{name} policy {ebs_csi.MANAGED_POLICY_ARN.rsplit('/', 1)[-1]}"
+            attached = ebs_csi.attached_policy_arns(aws, name) if role else []
+            if ebs_csi.MANAGED_POLICY_ARN in attached:
+                plan.add(Action(target, Verb.NONE, "attached"))
+            else:
+                plan.add(
+                    Action(
+                        target,
+                        Verb.CREATE,
+                        "attach the AWS managed EBS CSI policy",
+                        run=lambda: ebs_csi.attach_policy(aws, name, ebs_csi.MANAGED_POLICY_ARN),
+                    )
+                )
+        document = ebs_csi.hyperpod_volume_policy()
+        target = f"iam role/{name} inline policy {ebs_csi.INLINE_POLICY_NAME}"
+        live = ebs_csi.inline_policy(aws, name, ebs_csi.INLINE_POLICY_NAME) if role else None
+        if live is not None and ebs_csi.same_policy(live, document):
+            plan.add(Action(target, Verb.NONE, "up to date"))
+            return
+        plan.add(
+            Action(
+                target,
+                Verb.CREATE if live is None else Verb.UPDATE,
+                "allow " + ", ".join(ebs_csi.HYPERPOD_ACTIONS) + " (HyperPod volume attach)",
+                live,
+                ebs_csi.canonical_policy(document),
+                run=lambda: ebs_csi.put_inline_policy(
+                    aws, name, ebs_csi.INLINE_POLICY_NAME, document
+                ),
+            )
+        )
+
+    def _plan_addon(
+        self, plan: Plan, cluster: str, addon: dict[str, Any] | None, role_arn: str
+    ) -> None:
+        from hpkv.aws import ebs_csi
+
+        version = self.cfg["ebsCsi"].get("addonVersion") or None
+        target = f"eks addon/{cluster}/{ebs_csi.ADDON_NAME}"
+        desired = {"serviceAccountRoleArn": role_arn, "addonVersion": version or "(EKS default)"}
+        if addon is None:
+            plan.add(
+                Action(
+                    target,
+                    Verb.CREATE,
+                    "install the EBS CSI driver add-on with the IRSA role",
+                    None,
+                    desired,
+                    run=lambda: self._run_addon(ebs_csi.create_addon, cluster, role_arn, version),
+                )
+            )
+            return
+        live = {
+            "serviceAccountRoleArn": addon.get("serviceAccountRoleArn"),
+            "addonVersion": addon.get("addonVersion"),
+        }
+        changes = []
+        if live["serviceAccountRoleArn"] != role_arn:
+            changes.append("set the IRSA role")
+        if version and live["addonVersion"] != version:
+            changes.append(f"version {live['addonVersion']} -> {version}")
+        if changes:
+            if addon.get("status") in ("CREATING", "UPDATING", "DELETING"):
+                raise PreconditionFailed(
+                    f"EKS add-on {ebs_csi.ADDON_NAME} is {addon.get('status')}",
+                    fix="wait for it to finish, then rerun",
+                )
+            plan.add(
+                Action(
+                    target,
+                    Verb.UPDATE,
+                    "; ".join(changes),
+                    live,
+                    {**desired, "addonVersion": version or live["addonVersion"]},
+                    run=lambda: self._run_addon(ebs_csi.update_addon, cluster, role_arn, version),
+                )
+            )
+            return
+        status = addon.get("status")
+        summary = f"{status}, version {live['addonVersion']}"
+        if status in ("CREATING", "UPDATING"):
+            # Nothing to change, but the rest of the plan needs it ACTIVE.
+            self._addon_wait = cluster
+        plan.add(Action(target, Verb.NONE, summary))
+
+    def _run_addon(
+        self, call: Callable[..., None], cluster: str, role_arn: str, version: str | None
+    ) -> None:
+        call(self.ctx.aws, cluster, role_arn, version)
+        self._wait_addon(cluster)
+
+    def _wait_addon(self, cluster: str) -> None:
+        from hpkv.aws import ebs_csi
+
+        if self.ctx.options.wait is False:
+            return
+        with self.ctx.reporter.waiting(f"waiting for EKS add-on {ebs_csi.ADDON_NAME} to be ACTIVE"):
+            ebs_csi.wait_addon_active(
+                self.ctx.aws, cluster, timeout=self.ctx.options.timeout, delay=poll_interval()
+            )
+
+    # --- StorageClass for the master ----------------------------------------------------------
+    def _plan_master_storage_class(self, plan: Plan, runtime_live: dict[str, Any] | None) -> str:
+        from hpkv.kube import objects
+
+        classes = {sc["metadata"]["name"]: sc for sc in self.storage_classes()}
+        configured = self.cfg["ebsStorageClassName"]
+        deployed = dig(runtime_live or {}, "master", "storage", "meta", "storageClass", default="")
+        if deployed:
+            if configured and configured != deployed:
+                raise PreconditionFailed(
+                    f"curvine.ebsStorageClassName is {configured}, but the installed master's "
+                    f"volumes use {deployed}, which cannot change after install",
+                    fix=f"set curvine.ebsStorageClassName to {deployed} (or leave it empty)",
+                )
+            name = deployed
+        elif configured:
+            name = configured
+        else:
+            name = pick_ebs_class(classes.values()) or EBS_STORAGE_CLASS
+        target = f"StorageClass/{name}"
+        live = classes.get(name)
+        if live is not None:
+            why = "in use" if deployed else "reused"
+            if not is_suitable_ebs_class(live):
+                plan.notes.append(
+                    f"StorageClass {name} is not {EBS_PROVISIONER}/gp3/WaitForFirstConsumer; "
+                    "the master's volumes may land in the wrong zone or type"
+                )
+            plan.add(
+                Action(
+                    target,
+                    Verb.NONE,
+                    f"{why} for the master's metadata and journal ({live.get('provisioner')}, "
+                    f"{(live.get('parameters') or {}).get('type', 'gp3')}, "
+                    f"{live.get('volumeBindingMode')})",
+                )
+            )
+            return name
+        if deployed:
+            plan.notes.append(
+                f"StorageClass {deployed} used by the master's volumes is missing; hpkv recreates "
+                "it as an EBS gp3 class"
+            )
+        plan.add(
+            objects.plan_apply(
+                self.ctx.kube,
+                ebs_storage_class(name),
+                summary="EBS gp3 class (WaitForFirstConsumer) for the master's metadata/journal",
+            )
+        )
+        return name
+
+    def _check_fixed_values(self, live: dict[str, Any], desired: dict[str, Any]) -> None:
+        """Refuse changes the chart or the StatefulSet cannot make after install."""
+        fixed = {
+            ("master", "replicas"): "curvine.masterReplicas",
+            ("master", "storage", "meta", "size"): "curvine.masterMetaSize",
+            ("master", "storage", "journal", "size"): "curvine.masterJournalSize",
+            ("master", "storage", "journal", "storageClass"): "curvine.ebsStorageClassName",
+        }
+        for path, key in fixed.items():
+            before, after = dig(live, *path), dig(desired, *path)
+            if before is not None and before != after:
+                raise PreconditionFailed(
+                    f"{key} is {after}, but the installed Curvine master has {before}, which "
+                    "cannot change after install",
+                    fix=f"set {key} back to {before}; changing it needs 'hpkv curvine remove "
+                    "--delete-data' and a fresh install",
+                )
+
+    # --- Helm releases -----------------------------------------------------------------------
+    def _plan_release(self, plan: Plan, state: ReleaseState) -> None:
+        chart = f"{state.chart.metadata.name} {state.chart.metadata.version}"
+        if state.revision is None:
+            plan.add(
+                Action(
+                    state.target,
+                    Verb.CREATE,
+                    f"install chart {chart}",
+                    None,
+                    state.desired,
+                    run=lambda: self._ensure(state.name, state.chart, state.desired),
+                )
+            )
+        elif state.needs_upgrade:
+            plan.add(
+                Action(
+                    state.target,
+                    Verb.UPDATE,
+                    f"upgrade to chart {chart} (revision {state.revision.revision} is "
+                    f"{state.status}; chart or values differ)",
+                    state.live_values,
+                    state.desired,
+                    run=lambda: self._ensure(state.name, state.chart, state.desired),
+                )
+            )
+        else:
+            plan.add(
+                Action(
+                    state.target,
+                    Verb.NONE,
+                    f"chart {chart} revision {state.revision.revision} up to date",
+                    state.desired,
+                    state.desired,
+                )
+            )
+
+    def _cluster_has_data(self) -> bool:
+        """A release (in any state) or master volumes exist: never send format flags."""
+        revision = self.ctx.helm.current_revision(self.release, self.namespace)
+        return revision is not None or bool(self.master_pvcs())
+
+    def _plan_runtime(self, plan: Plan, state: ReleaseState) -> None:
+        version = str(state.chart.metadata.version)
+        first_install = state.revision is None and not self.master_pvcs()
+        if not (first_install and chart_needs_format_flags(version)):
+            left_on = [k for k, v in format_flags(state.live_values or {}).items() if v]
+            self._plan_release(plan, state)
+            if left_on:
+                plan.notes.append(
+                    f"the installed release has {', '.join(left_on)} ON (an interrupted first "
+                    "install or reformat): this apply turns them off"
+                )
+            return
+        plan.add(
+            Action(
+                state.target,
+                Verb.CREATE,
+                f"install chart {state.chart.metadata.name} {version}; this chart needs the "
+                "format flags to bootstrap, so they are on for the first start on the new, empty "
+                "master volumes and turned off again in this run",
+                None,
+                state.desired,
+                run=lambda: self._first_install_with_format(state),
+            )
+        )
+
+    def _first_install_with_format(self, state: ReleaseState) -> None:
+        if self._cluster_has_data():
+            # Something was installed since planning: never format an existing cluster.
+            self._ensure(state.name, state.chart, state.desired)
+            return
+        with self._format_flags_on(state):
+            self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), set())
+
+    @contextlib.contextmanager
+    def _format_flags_on(self, state: ReleaseState) -> Iterator[None]:
+        """Deploy with the format flags on; turn them off again however the block ends (an
+        error, a timeout, Ctrl-C), so no later restart formats."""
+        try:
+            self._ensure(state.name, state.chart, with_format_flags(state.desired, True))
+            yield
+        finally:
+            if self.ctx.helm.current_revision(state.name, self.namespace) is not None:
+                self.ctx.reporter.step(f"turn the format flags off on {state.target}")
+                self._ensure(state.name, state.chart, state.desired)
+
+    def _plan_reformat(self, plan: Plan, state: ReleaseState, nodes: list[GpuNode]) -> None:
+        if state.revision is None:
+            raise UsageError(
+                f"there is no Curvine release {self.namespace}/{self.release} to reformat",
+                fix="run 'hpkv curvine apply' without --reformat to install it",
+            )
+        volumes = self.master_pvcs()
+        node_names = [n.name for n in nodes]
+        plan.add(
+            Action(
+                f"curvine cluster {self.namespace}/{self.release}",
+                Verb.UPDATE,
+                "REFORMAT: deletes all Curvine metadata and journal on the master volumes "
+                f"({', '.join(volumes) or 'none found'}) and every cached block under "
+                f"{self.cfg['dataDir']} on {shorten(node_names)}; restarts the master and "
+                "workers with the format flags on, then turns them off",
+                format_flags(state.desired),
+                dict.fromkeys(FORMAT_KEYS, True),
+                run=lambda: self._reformat(state),
+                destructive=True,
+            )
+        )
+
+    def _reformat(self, state: ReleaseState) -> None:
+        with self._format_flags_on(state):
+            deleted = self._delete_cluster_pods()
+            self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), deleted)
+            self._wait_pods_ready("worker", int(state.desired["worker"]["replicas"]), deleted)
+
+    def _component_selector(self, component: str) -> str:
+        return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component={component}"
+
+    def _delete_cluster_pods(self) -> set[str]:
+        from hpkv.kube import kube_errors
+
+        deleted: set[str] = set()
+        core = self.ctx.kube.core
+        for component in ("master", "worker"):
+            with kube_errors(f"restart the Curvine {component} pods"):
+                pods = core.list_namespaced_pod(
+                    self.namespace, label_selector=self._component_selector(component)
+                ).items
+                for pod in pods:
+                    core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+                    deleted.add(pod.metadata.uid)
+        return deleted
+
+    def _wait_pods_ready(self, component: str, replicas: int, replaced: set[str]) -> None:
+        """Wait (always: a format must complete before the flags go off) for new Ready pods."""
+        core = self.ctx.kube.core
+
+        def done(items: list[Any]) -> tuple[bool, str]:
+            fresh = [p for p in items if p.metadata.uid not in replaced and pod_ready(p)]
+            return len(fresh) >= replicas, f"{len(fresh)}/{replicas} {component} pod(s) ready"
+
+        self._wait_until(
+            f"Curvine {component} pods to start",
+            core.list_namespaced_pod,
+            {"namespace": self.namespace, "label_selector": self._component_selector(component)},
+            done,
+            fix=f"check 'kubectl -n {self.namespace} get pods -l app.kubernetes.io/component="
+            f"{component}'; the format flags have been turned off, rerun with --reformat to retry",
+        )
+
+    # --- L2 StorageClass and PVCs ------------------------------------------------------------
+    def _plan_l2_objects(self, plan: Plan) -> None:
+        from hpkv.kube import objects
+
+        sc = l2_storage_class(self.cfg)
+        live = objects.read(
+            self.ctx.kube, "storage.k8s.io/v1", "StorageClass", sc["metadata"]["name"]
+        )
+        immutable = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode")
+        if live is not None and not all(
+            objects.is_subset(sc[k], live.get(k)) and objects.is_subset(live.get(k), sc[k])
+            for k in immutable
+        ):
+            plan.add(
+                Action(
+                    objects.describe(sc),
+                    Verb.UPDATE,
+                    "recreate (StorageClass parameters are immutable; bound PVs keep theirs)",
+                    {k: live.get(k) for k in immutable},
+                    {k: sc[k] for k in immutable},
+                    run=lambda: self._recreate_storage_class(sc),
+                )
+            )
+        else:
+            plan.add(
+                objects.plan_apply(
+                    self.ctx.kube, sc, summary="Curvine CSI class for the L2 (fs-path /l2cache)"
+                )
+            )
+        namespaces = self.pvc_namespaces()
+        if not namespaces:
+            plan.notes.append(
+                "no namespace holds inference endpoints yet: no L2 PVC created (rerun after "
+                "deploying one, or list namespaces in curvine.pvcNamespaces)"
+            )
+        for ns in namespaces:
+            if objects.read(self.ctx.kube, "v1", "Namespace", ns) is None:
+                raise PreconditionFailed(
+                    f"namespace {ns} (curvine.pvcNamespaces) does not exist",
+                    fix=f"create it ('kubectl create namespace {ns}') or remove it from "
+                    "curvine.pvcNamespaces",
+                )
+            pvc = l2_pvc(self.cfg, ns)
+            live_pvc = objects.read(
+                self.ctx.kube, "v1", "PersistentVolumeClaim", pvc["metadata"]["name"], ns
+            )
+            if live_pvc is not None:
+                live_class = (live_pvc.get("spec") or {}).get("storageClassName")
+                if live_class != self.cfg["storageClassName"]:
+                    raise PreconditionFailed(
+                        f"PVC {ns}/{self.cfg['pvcName']} exists with StorageClass {live_class}",
+                        fix="rename curvine.pvcName, or delete that PVC if it is not in use",
+                    )
+            plan.add(objects.plan_apply(self.ctx.kube, pvc, summary="RWX L2 volume"))
+
+    def _recreate_storage_class(self, sc: dict[str, Any]) -> None:
+        from hpkv.kube import objects
+
+        objects.delete(self.ctx.kube, "storage.k8s.io/v1", "StorageClass", sc["metadata"]["name"])
+        objects.apply(self.ctx.kube, sc)
+
+    # --- apply -------------------------------------------------------------------------------
+    def apply(self, plan: Plan) -> ApplyResult:
+        if self._addon_wait:
+            self._wait_addon(self._addon_wait)
+        result = self.run_plan(plan)
+        if self.ctx.options.wait is False:
+            result.notes.append("not waiting for the PVCs (--no-wait); check 'hpkv curvine status'")
+            return result
+        result.checks.append(self._wait_pvcs_bound())
+        if result.performed:
+            result.notes.append("check Curvine's health with 'hpkv curvine status'")
+        return result
+
+    def _wait_pvcs_bound(self) -> Check:
+        namespaces = set(self.pvc_namespaces())
+        name = self.cfg["pvcName"]
+        if not namespaces:
+            return self.check("pvcs", CheckState.OK, "no L2 PVC to wait for")
+
+        def done(items: list[Any]) -> tuple[bool, str]:
+            phases = {
+                p.metadata.namespace: (p.status.phase if p.status else None)
+                for p in items
+                if p.metadata.name == name
+            }
+            pending = sorted(ns for ns in namespaces if phases.get(ns) != "Bound")
+            return not pending, f"not Bound in: {', '.join(pending)}"
+
+        self._wait_until(
+            f"PVC {name} to be Bound",
+            self.ctx.kube.core.list_persistent_volume_claim_for_all_namespaces,
+            {"label_selector": L2_SELECTOR},
+            done,
+            fix=f"check 'kubectl describe pvc {name}' and the CSI controller's logs "
+            f"('kubectl -n {self.namespace} logs deploy/curvine-csi-controller')",
+        )
+        return self.check(
+            "pvcs", CheckState.OK, f"PVC {name} Bound in {', '.join(sorted(namespaces))}"
+        )
+
+    # ============================================================================================
+    # remove
+    # ============================================================================================
+    def plan_remove(self, *, delete_data: bool = False, **_: Any) -> Plan:
+        from hpkv.kube import objects
+
+        self.cfg  # noqa: B018 - an invalid section fails before any API call
+        plan = Plan(stage=self.name)
+        for pvc in sorted(self.l2_pvcs(), key=lambda p: p.metadata.namespace):
+            ns = pvc.metadata.namespace
+            users = self._pods_using(ns, pvc.metadata.name)
+            if users:
+                raise PreconditionFailed(
+                    f"PVC {ns}/{pvc.metadata.name} is mounted by pod(s) {shorten(users, 3)}",
+                    fix="unwire the L2 first ('hpkv l2 remove') or scale those endpoints down",
+                )
+            plan.add(
+                Action(
+                    f"PersistentVolumeClaim/{ns}/{pvc.metadata.name}",
+                    Verb.DELETE,
+                    f"delete the L2 volume (its {CURVINE_FS_PATH} directory of cached KV blocks "
+                    "is removed by the Curvine CSI driver)",
+                    before={"phase": pvc.status.phase if pvc.status else None},
+                    run=lambda ns=ns, name=pvc.metadata.name, volume=pvc.spec.volume_name: (
+                        self._delete_l2_pvc(ns, name, volume)
+                    ),
+                )
+            )
+        plan.add(
+            objects.plan_delete(
+                self.ctx.kube,
+                "storage.k8s.io/v1",
+                "StorageClass",
+                self.cfg["storageClassName"],
+                summary="delete the Curvine L2 StorageClass",
+            )
+        )
+        for name, summary in (
+            (self.csi_release, "uninstall the Curvine CSI driver"),
+            (
+                self.release,
+                "uninstall Curvine (master and workers stop; the master's EBS volumes and the "
+                "NVMe data dirs are kept)",
+            ),
+        ):
+            revision = self.ctx.helm.current_revision(name, self.namespace)
+            target = f"helm release {self.namespace}/{name}"
+            if revision is None:
+                plan.add(Action(target, Verb.NONE, "not installed"))
+                continue
+            plan.add(
+                Action(
+                    target,
+                    Verb.DELETE,
+                    summary,
+                    before={"revision": revision.revision},
+                    run=lambda name=name: self.ctx.helm.uninstall(name, self.namespace),
+                )
+            )
+        volumes = self.master_pvcs()
+        if delete_data:
+            for volume in volumes:
+                plan.add(
+                    objects.plan_delete(
+                        self.ctx.kube,
+                        "v1",
+                        "PersistentVolumeClaim",
+                        volume,
+                        self.namespace,
+                        summary="delete Curvine's metadata/journal volume (the EBS volume is "
+                        "deleted with it)",
+                        destructive=True,
+                    )
+                )
+            plan.notes.append(
+                f"cached blocks in {self.cfg['dataDir']} on the GPU nodes are not deleted by "
+                "hpkv; remove that directory on the nodes to reclaim the space"
+            )
+        elif volumes:
+            plan.notes.append(
+                f"kept: the master's metadata/journal volumes ({', '.join(volumes)}); a later "
+                "apply reuses them (pass --delete-data to delete them)"
+            )
+        plan.notes.append(
+            f"kept: the EKS add-on aws-ebs-csi-driver, its IAM role and the EBS StorageClass "
+            f"(shared infrastructure), and the namespace {self.namespace}"
+        )
+        return plan
+
+    def _pods_using(self, namespace: str, claim: str) -> list[str]:
+        from hpkv.kube import kube_errors
+
+        with kube_errors(f"list pods in {namespace}"):
+            pods = self.ctx.kube.core.list_namespaced_pod(namespace).items
+        users = []
+        for pod in pods:
+            for volume in pod.spec.volumes or []:
+                source = volume.persistent_volume_claim
+                if source is not None and source.claim_name == claim:
+                    users.append(pod.metadata.name)
+        return sorted(users)
+
+    def _delete_l2_pvc(self, namespace: str, name: str, volume: str | None) -> None:
+        """Delete a PVC and wait for its PV to go, while the CSI driver that deletes it runs."""
+        from hpkv.kube import objects
+
+        objects.delete(self.ctx.kube, "v1", "PersistentVolumeClaim", name, namespace)
+        if not volume or self.ctx.options.wait is False:
+            return
+
+        def done(items: list[Any]) -> tuple[bool, str]:
+            gone = all(p.metadata.name != volume for p in items)
+            return gone, f"PV {volume} still exists"
+
+        self._wait_until(
+            f"PV {volume} of {namespace}/{name} to be deleted",
+            self.ctx.kube.core.list_persistent_volume,
+            {"field_selector": f"metadata.name={volume}"},
+            done,
+            fix="check the CSI controller's logs; rerun 'hpkv curvine remove' when it is gone",
+        )
