@@ -147,9 +147,11 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import tiered_storage
+    from hpkv.cli import endpoint, operator, tiered_storage
 
     app.add_typer(tiered_storage.app, name="tiered-storage")
+    app.add_typer(operator.app, name="operator")
+    app.add_typer(endpoint.app, name="endpoint")
 
 
 _register()

@@ -592,6 +592,7 @@ class KubeHarness:
         """Delete everything tests created, playing the garbage and namespace controllers."""
         self._resources = None
         namespaces: list[str] = []
+        crds: list[str] = []
         for res, obj in self._all_objects():
             meta = obj["metadata"]
             key = (res["groupVersion"], res["name"], meta.get("namespace", ""), meta["name"])
@@ -608,6 +609,11 @@ class KubeHarness:
             key = (res["groupVersion"], res["name"], meta.get("namespace", ""), meta["name"])
             if res["name"] == "customresourcedefinitions" and key not in self._baseline:
                 self._force_delete(res, meta)
+                crds.append(meta["name"])
+        # The apiserver finalizes deleted CRDs asynchronously; a terminating CRD still served by
+        # discovery would leak into the next test.
+        for name in crds:
+            self._wait_gone(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         for name in namespaces:
             self.raw("DELETE", f"/api/v1/namespaces/{name}")
             self.finalize_namespace(name)
@@ -630,6 +636,14 @@ class KubeHarness:
                 content_type="application/merge-patch+json",
             )
         self.raw("DELETE", path + "?gracePeriodSeconds=0")
+
+    def _wait_gone(self, path: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _body = self.raw("GET", path)
+            if status == 404:
+                return
+            time.sleep(0.05)
 
     def finalize_namespace(self, name: str) -> None:
         """Play the namespace controller: empty the finalizers of a Terminating namespace."""
