@@ -29,7 +29,7 @@ from hpkv.errors import (
     UsageError,
     WaitTimeout,
 )
-from hpkv.stages.base import ApplyResult, Check, CheckState, Plan, Verb, worst_state
+from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb, worst_state
 from hpkv.topology import (
     ENDPOINT_KIND,
     INFERENCE_API_VERSION,
@@ -402,14 +402,11 @@ class EndpointStatus:
         }
 
 
-class Endpoints:
-    """InferenceEndpointConfig operations against the cluster."""
+class Endpoints(Stage):
+    """InferenceEndpointConfig operations against the cluster (plans and checks as a stage has)."""
 
-    def __init__(self, ctx: RunContext) -> None:
-        self.ctx = ctx
-
-    def _check(self, name: str, state: CheckState, evidence: str, remediation: str = "") -> Check:
-        return Check(name, state, evidence, remediation, stage=STAGE)
+    name = STAGE
+    title = "Inference endpoints (InferenceEndpointConfig)"
 
     def require_crd(self) -> None:
         from hpkv.kube import kube_errors
@@ -487,16 +484,10 @@ class Endpoints:
         return plan
 
     def apply(self, plan: Plan) -> ApplyResult:
-        result = ApplyResult(stage=STAGE)
-        for action in plan.actions:
-            if action.changes and action.run is not None:
-                self.ctx.reporter.step(f"{action.verb.value} {action.target}: {action.summary}")
-                action.run()
-                result.performed.append(action)
+        result = self.run_plan(plan)
         if self.ctx.options.wait is True:
             for action in plan.actions:
-                _, namespace, name = action.target.split("/", 2)
-                result.checks.append(self.wait_deployed(name, namespace))
+                result.checks.append(self.wait_deployed(*_ref(action)))
         elif result.performed:
             result.notes.append(
                 "the operator deploys it now; follow with 'hpkv endpoint status NAME' "
@@ -511,7 +502,7 @@ class Endpoints:
                 live = self.read(name, namespace)
                 state = ((live or {}).get("status") or {}).get("state")
                 if state == COMPLETE:
-                    return self._check("state", CheckState.OK, f"{name}: {state}")
+                    return self.check("state", CheckState.OK, f"{name}: {state}")
                 if state == FAILED:
                     detail = _deployment_message(live)
                     raise PreconditionFailed(
@@ -547,21 +538,16 @@ class Endpoints:
         if action.verb is Verb.NONE:
             raise NotFound(
                 f"endpoint {namespace}/{name} does not exist",
-                fix="check the name and -n NAMESPACE ('hpkv endpoint list -A')",
+                fix="check the name and -n NAMESPACE ('hpkv endpoint list' shows them all)",
             )
         plan.add(action)
         return plan
 
     def delete(self, plan: Plan) -> ApplyResult:
-        result = ApplyResult(stage=STAGE)
-        for action in plan.actions:
-            if action.changes and action.run is not None:
-                self.ctx.reporter.step(f"{action.verb.value} {action.target}: {action.summary}")
-                action.run()
-                result.performed.append(action)
-                if self.ctx.options.wait is True:
-                    _, namespace, name = action.target.split("/", 2)
-                    self._wait_gone(name, namespace)
+        result = self.run_plan(plan)
+        if self.ctx.options.wait is True:
+            for action in result.performed:
+                self._wait_gone(*_ref(action))
         return result
 
     def _wait_gone(self, name: str, namespace: str) -> None:
@@ -577,7 +563,7 @@ class Endpoints:
                 time.sleep(min(poll_interval(5.0), max(0.0, deadline - time.monotonic())))
 
     # --- list and status ------------------------------------------------------------------------
-    def list(self, namespace: str | None) -> list[dict[str, Any]]:
+    def summaries(self, namespace: str | None) -> list[dict[str, Any]]:
         from hpkv.kube import kube_errors
 
         self.require_crd()
@@ -603,13 +589,13 @@ class Endpoints:
             )
         return sorted(rows, key=lambda r: (r["namespace"], r["name"]))
 
-    def status(self, name: str, namespace: str) -> EndpointStatus:
+    def report(self, name: str, namespace: str) -> EndpointStatus:
         self.require_crd()
         live = self.read(name, namespace)
         report = EndpointStatus(name=name, namespace=namespace, found=live is not None)
         if live is None:
             report.checks.append(
-                self._check(
+                self.check(
                     "endpoint",
                     CheckState.FAIL,
                     f"{namespace}/{name} not found",
@@ -629,9 +615,9 @@ class Endpoints:
             report.checks.append(self._routing_check(name, namespace, report.routing_service))
         report.load_balancer = self._load_balancer(live)
         report.checks.append(
-            self._check("load-balancer", CheckState.OK, report.load_balancer)
+            self.check("load-balancer", CheckState.OK, report.load_balancer)
             if report.load_balancer
-            else self._check(
+            else self.check(
                 "load-balancer",
                 CheckState.WARN,
                 f"no hostname yet (no {REGISTRATION_KIND} for {namespace}/{name} reports one)",
@@ -642,9 +628,9 @@ class Endpoints:
 
     def _state_check(self, state: str | None, live: dict[str, Any]) -> Check:
         if state == COMPLETE:
-            return self._check("state", CheckState.OK, state)
+            return self.check("state", CheckState.OK, state)
         if state == FAILED:
-            return self._check(
+            return self.check(
                 "state",
                 CheckState.FAIL,
                 f"{state}: {_deployment_message(live)}",
@@ -652,13 +638,13 @@ class Endpoints:
                 "deploy/hyperpod-inference-controller-manager",
             )
         if state is None:
-            return self._check(
+            return self.check(
                 "state",
                 CheckState.WARN,
                 "no status yet",
                 "check that the operator runs ('hpkv operator status')",
             )
-        return self._check("state", CheckState.WARN, state, "wait; the operator is working on it")
+        return self.check("state", CheckState.WARN, state, "wait; the operator is working on it")
 
     def _replica_check(self, spec: dict[str, Any], report: EndpointStatus) -> Check:
         desired = int(spec.get("replicas") or 1)
@@ -671,8 +657,8 @@ class Endpoints:
             f"{len(report.pods)}"
         )
         if ready >= desired and desired > 0:
-            return self._check("replicas", CheckState.OK, evidence)
-        return self._check(
+            return self.check("replicas", CheckState.OK, evidence)
+        return self.check(
             "replicas",
             CheckState.FAIL if ready == 0 and report.state == COMPLETE else CheckState.WARN,
             evidence,
@@ -729,13 +715,13 @@ class Endpoints:
 
     def _routing_check(self, name: str, namespace: str, service: dict[str, Any] | None) -> Check:
         if service is None:
-            return self._check(
+            return self.check(
                 "routing-service",
                 CheckState.WARN,
                 f"Service {namespace}/{routing_service(name)} not found yet",
                 "wait for the operator to create the router",
             )
-        return self._check(
+        return self.check(
             "routing-service",
             CheckState.OK,
             f"{service['name']} {service['type']} {service['clusterIP']} "
@@ -767,6 +753,12 @@ class Endpoints:
                     "loadBalancerHostName"
                 )
         return None
+
+
+def _ref(action: Action) -> tuple[str, str]:
+    """(name, namespace) of an action on ``InferenceEndpointConfig/<namespace>/<name>``."""
+    _, namespace, name = action.target.split("/", 2)
+    return name, namespace
 
 
 def _deployment_message(live: dict[str, Any] | None) -> str:

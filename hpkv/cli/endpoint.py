@@ -186,7 +186,7 @@ def status(
     from hpkv.endpoint import Endpoints
 
     cli = state(ctx)
-    report = Endpoints(cli.ctx).status(name, namespace)
+    report = Endpoints(cli.ctx).report(name, namespace)
     cli.output.data(report.to_dict(), lambda: _status_tables(report))
     exit_with(report.overall.exit_code)
 
@@ -238,7 +238,7 @@ def list_(
     from hpkv.endpoint import Endpoints
 
     cli = state(ctx)
-    rows = Endpoints(cli.ctx).list(namespace)
+    rows = Endpoints(cli.ctx).summaries(namespace)
 
     def table() -> Any:
         from rich.table import Table

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hpkv.aws import eks, iam, s3, sagemaker
+from hpkv.config import deep_merge
 from hpkv.context import poll_interval
 from hpkv.errors import ConfigError, HpkvError, PreconditionFailed, WaitTimeout
 from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
@@ -587,10 +588,7 @@ class OperatorStage(Stage):
 
     # --- status ---------------------------------------------------------------------------------
     def status(self) -> list[Check]:
-        try:
-            target = self.target()
-        except HpkvError as exc:
-            return [self.check("cluster", CheckState.FAIL, exc.one_line(), exc.fix or "")]
+        target = self.target()  # without the clusters nothing can be checked: UNKNOWN (exit 3)
         checks = [
             self.check(
                 "cluster",
@@ -598,21 +596,39 @@ class OperatorStage(Stage):
                 f"HyperPod {target.hyperpod_name} on EKS {target.eks_name} "
                 f"(Kubernetes {target.kubernetes_version})",
             ),
-            self._oidc_check(target),
-            self._bucket_check(target),
+            self._guarded("oidc-provider", lambda: self._oidc_check(target)),
+            self._guarded("tls-bucket", lambda: self._bucket_check(target)),
         ]
         roles: dict[str, RoleState] = {}
         for spec in ROLES:
             try:
                 roles[spec.key] = self.role_state(spec, target)
             except HpkvError as exc:
-                checks.append(self.check(f"role/{spec.key}", CheckState.FAIL, exc.one_line()))
+                checks.append(
+                    self.check(
+                        f"role/{spec.key}", CheckState.UNKNOWN, exc.one_line(), exc.fix or ""
+                    )
+                )
                 continue
             checks.append(self._role_check(roles[spec.key], target))
-        for spec in ADDONS:
-            checks.append(self._addon_check(spec, target, roles))
-        checks.extend(self.kubernetes_checks())
+        addon_checks = [
+            self._guarded(f"addon/{spec.name}", lambda s=spec: self._addon_check(s, target, roles))
+            for spec in ADDONS
+        ]
+        checks.extend(addon_checks)
+        # Before the operator add-on exists, what it installs is expected to be missing.
+        installed = addon_checks[-1].evidence != "not installed"
+        checks.extend(
+            self.kubernetes_checks(missing=CheckState.FAIL if installed else CheckState.WARN)
+        )
         return checks
+
+    def _guarded(self, name: str, check: Callable[[], Check]) -> Check:
+        """Run one check; an API error becomes an UNKNOWN check instead of ending the report."""
+        try:
+            return check()
+        except HpkvError as exc:
+            return self.check(name, CheckState.UNKNOWN, exc.one_line(), exc.fix or "")
 
     def _oidc_check(self, target: Target) -> Check:
         if iam.oidc_provider_exists(self.ctx.aws, target.provider_arn):
@@ -717,6 +733,10 @@ class OperatorStage(Stage):
 
     @staticmethod
     def _addon_differences(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
+        """The settings hpkv manages that the live add-on lacks (other configuration keys are the
+        user's and stay)."""
+        from hpkv.kube.objects import is_subset
+
         differences = []
         if (
             "serviceAccountRoleArn" in desired
@@ -724,16 +744,14 @@ class OperatorStage(Stage):
         ):
             differences.append("serviceAccountRoleArn")
         if "configurationValues" in desired:
-            try:
-                current = json.loads(live.get("configurationValues") or "{}")
-            except ValueError:
-                current = None
-            if current != desired["configurationValues"]:
+            current = _parse_json(live.get("configurationValues")) or {}
+            if not is_subset(desired["configurationValues"], current):
                 differences.append("configurationValues")
         return differences
 
     # --- Kubernetes verification ----------------------------------------------------------------
-    def kubernetes_checks(self) -> list[Check]:
+    def kubernetes_checks(self, *, missing: CheckState = CheckState.FAIL) -> list[Check]:
+        """The operator's footprint in Kubernetes; ``missing`` is the state of an absent part."""
         from hpkv.kube import is_status, kube_errors
 
         kube = self.ctx.kube
@@ -756,12 +774,12 @@ class OperatorStage(Stage):
                 checks.append(
                     self.check(
                         f"csidriver/{driver}",
-                        CheckState.OK if found else CheckState.FAIL,
+                        CheckState.OK if found else missing,
                         "registered" if found else "missing (its CSI add-on is not running)",
                         "" if found else "check the CSI driver add-on with 'hpkv operator status'",
                     )
                 )
-            missing = [
+            absent = [
                 crd
                 for crd in CERT_MANAGER_CRDS
                 if read(
@@ -773,9 +791,9 @@ class OperatorStage(Stage):
             checks.append(
                 self.check(
                     "cert-manager-crds",
-                    CheckState.FAIL if missing else CheckState.OK,
-                    f"missing: {', '.join(missing)}" if missing else "present",
-                    "check the cert-manager add-on" if missing else "",
+                    missing if absent else CheckState.OK,
+                    f"missing: {', '.join(absent)}" if absent else "present",
+                    "check the cert-manager add-on" if absent else "",
                 )
             )
             deployment = read(
@@ -784,12 +802,12 @@ class OperatorStage(Stage):
                     OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE
                 ),
             )
-            checks.append(self._deployment_check(deployment))
+            checks.append(self._deployment_check(deployment, missing))
             crd = read(
                 f"CRD {ENDPOINT_CRD}",
                 lambda: kube.apiextensions.read_custom_resource_definition(ENDPOINT_CRD),
             )
-            checks.append(self._crd_check(crd))
+            checks.append(self._crd_check(crd, missing))
         except HpkvError as exc:
             checks.append(
                 self.check(
@@ -798,12 +816,12 @@ class OperatorStage(Stage):
             )
         return checks
 
-    def _deployment_check(self, deployment: Any) -> Check:
+    def _deployment_check(self, deployment: Any, missing: CheckState) -> Check:
         name = "operator-deployment"
         where = f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}"
         if deployment is None:
             return self.check(
-                name, CheckState.FAIL, f"Deployment {where} not found", "check the operator add-on"
+                name, missing, f"Deployment {where} not found", "check the operator add-on"
             )
         status = deployment.status
         conditions = {c.type: c for c in (status.conditions or [])} if status else {}
@@ -823,11 +841,11 @@ class OperatorStage(Stage):
             f"kubectl logs -n {OPERATOR_NAMESPACE} deployment/{OPERATOR_DEPLOYMENT}",
         )
 
-    def _crd_check(self, crd: Any) -> Check:
+    def _crd_check(self, crd: Any, missing: CheckState) -> Check:
         name = "endpoint-crd"
         if crd is None:
             return self.check(
-                name, CheckState.FAIL, f"CRD {ENDPOINT_CRD} not found", "check the operator add-on"
+                name, missing, f"CRD {ENDPOINT_CRD} not found", "check the operator add-on"
             )
         conditions = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
         if conditions.get("Established") == "True":
@@ -895,7 +913,13 @@ class OperatorStage(Stage):
         for spec in ROLES:
             roles[spec.key] = self.role_state(spec, target)
             self._plan_role(plan, roles[spec.key], target)
-        self_managed = self._self_managed()
+        try:
+            self_managed = self._self_managed()
+        except HpkvError as exc:
+            self_managed = {}
+            plan.notes.append(
+                f"could not look for dependencies installed outside EKS add-ons: {exc.message}"
+            )
         for spec in ADDONS:
             plan.add(self._plan_addon(spec, target, roles, self_managed))
         return plan
@@ -1140,6 +1164,13 @@ class OperatorStage(Stage):
         if not differences:
             return Action(what, Verb.NONE, f"{version} ACTIVE, configuration unchanged")
         update = {k: v for k, v in request.items() if k not in ("tags",)}
+        if "configurationValues" in desired:
+            # Keep configuration keys hpkv does not manage (e.g. jumpstartGatedModelDownloadRoleArn).
+            current = _parse_json(live.get("configurationValues"))
+            merged = deep_merge(
+                current if isinstance(current, dict) else {}, desired["configurationValues"]
+            )
+            update["configurationValues"] = json.dumps(merged, sort_keys=True)
         return Action(
             what,
             Verb.UPDATE,

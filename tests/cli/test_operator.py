@@ -91,6 +91,13 @@ def _trust(scenario: Scenario, role: str) -> dict:
 
 def test_apply_status_reapply_remove(scenario: Scenario, player: AddonPlayer, eks) -> None:
     mark = scenario.mark()
+    dry = _apply(scenario, "--dry-run", "-o", "json")
+    assert dry.exit_code == 0, dry
+    plan = json.loads(dry.stdout)["plans"][0]
+    assert plan["changes"] == 12 and json.loads(dry.stdout)["applied"] is False
+    assert [a["target"] for a in plan["actions"][-5:]] == [f"eks addon/{n}" for n in ADDON_ORDER]
+    assert scenario.writes_since(mark) == []
+
     result = _apply(scenario, "--yes")
     assert result.exit_code == 0, result
     assert "applied 12 change(s)" in result.stdout
@@ -494,7 +501,7 @@ def test_self_managed_dependencies_are_left_alone(
     scenario: Scenario, player: AddonPlayer, eks
 ) -> None:
     # cert-manager installed with Helm before hpkv: its CRDs exist, but there is no add-on.
-    player.on_active(type("A", (), {"name": "cert-manager"})())
+    player.install("cert-manager")
     result = _apply(scenario, "--yes")
     assert result.exit_code == 0, result
     assert (
@@ -571,3 +578,47 @@ def test_operator_deployment_never_available_times_out(
     line = _one_line(result.stderr.splitlines()[-1])
     assert "operator-deployment" in line and "not Available" in line
     assert "kubectl logs -n hyperpod-inference-system" in line
+
+
+def test_status_before_anything_is_installed_warns(scenario: Scenario, player: AddonPlayer) -> None:
+    result = scenario.hpkv("operator", "status", "--cluster", "demo", "-o", "json")
+    assert result.exit_code == 1, result  # WARNING: not installed yet, nothing broken
+    checks = _checks(result)
+    assert checks["cluster"]["state"] == "ok"
+    assert checks[f"addon/{OPERATOR_ADDON}"]["evidence"] == "not installed"
+    assert {c["state"] for name, c in checks.items() if name != "cluster"} == {"warn"}
+    assert checks["role/execution"]["remediation"] == "run 'hpkv operator apply'"
+
+
+def test_status_of_an_unknown_cluster_is_unknown(scenario: Scenario) -> None:
+    scenario.hyperpod()
+    result = scenario.hpkv("operator", "status", "--cluster", "nope")
+    assert result.exit_code == 3, result
+    assert "HyperPod cluster 'nope' not found" in _one_line(result.stderr)
+
+
+def test_update_keeps_configuration_keys_hpkv_does_not_manage(
+    scenario: Scenario, player: AddonPlayer, eks
+) -> None:
+    gated = "arn:aws:iam::123456789012:role/js-gated"
+    eks.seed_addon(
+        "hpkv-eks",
+        OPERATOR_ADDON,
+        "v1.3.0-eksbuild.1",
+        configuration_values=json.dumps(
+            {
+                "executionRoleArn": "arn:aws:iam::123456789012:role/SageMakerHyperPodInference-old",
+                "jumpstartGatedModelDownloadRoleArn": gated,
+            }
+        ),
+    )
+    result = _apply(scenario, "--yes")
+    assert result.exit_code == 0, result
+    assert "update: configurationValues" in result.stdout
+    values = json.loads(eks.addons[("hpkv-eks", OPERATOR_ADDON)].configuration_values)
+    assert values["jumpstartGatedModelDownloadRoleArn"] == gated
+    assert values["executionRoleArn"].endswith(f"role/{EXECUTION_ROLE}")
+
+    mark = scenario.mark()
+    assert _apply(scenario, "--yes").exit_code == 0
+    assert scenario.writes_since(mark) == []

@@ -167,7 +167,10 @@ class AddonPlayer:
         eks.on_deleted.append(self.on_deleted)
 
     def on_active(self, addon: Any) -> None:
-        name = addon.name
+        self.install(addon.name)
+
+    def install(self, name: str) -> None:
+        """What add-on ``name`` puts in Kubernetes (also usable to play a self-managed install)."""
         if name in self.installed:
             return
         self.installed.append(name)
