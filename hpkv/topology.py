@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # HyperPod Inference Operator (EKS add-on amazon-sagemaker-hyperpod-inference)
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_DEPLOYMENT = "hyperpod-inference-controller-manager"
+OPERATOR_SERVICE_ACCOUNT = "hyperpod-inference-controller-manager"  # its IRSA subject
 INFERENCE_GROUP = "inference.sagemaker.aws.amazon.com"
 INFERENCE_VERSION = "v1"
 INFERENCE_API_VERSION = f"{INFERENCE_GROUP}/{INFERENCE_VERSION}"

@@ -45,6 +45,7 @@ from hpkv.topology import (
     INFERENCE_GROUP,
     OPERATOR_DEPLOYMENT,
     OPERATOR_NAMESPACE,
+    OPERATOR_SERVICE_ACCOUNT,
 )
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ ROLES: tuple[RoleSpec, ...] = (
         "operator execution role",
         "",
         OPERATOR_NAMESPACE,
-        OPERATOR_DEPLOYMENT,
+        OPERATOR_SERVICE_ACCOUNT,
         sagemaker_trust=True,
         managed=(INFERENCE_ACCESS_POLICY,),
     ),
