@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o "
+    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -n -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -11,12 +11,21 @@ _hpkv_completion() {
         fi
         case "$cmdpath|$word" in
             "|curvine") cmdpath="curvine" ;;
+            "|endpoint") cmdpath="endpoint" ;;
+            "|operator") cmdpath="operator" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
             "curvine|apply") cmdpath="curvine apply" ;;
             "curvine|remove") cmdpath="curvine remove" ;;
             "curvine|status") cmdpath="curvine status" ;;
+            "endpoint|delete") cmdpath="endpoint delete" ;;
+            "endpoint|deploy") cmdpath="endpoint deploy" ;;
+            "endpoint|list") cmdpath="endpoint list" ;;
+            "endpoint|status") cmdpath="endpoint status" ;;
+            "operator|apply") cmdpath="operator apply" ;;
+            "operator|remove") cmdpath="operator remove" ;;
+            "operator|status") cmdpath="operator status" ;;
             "tiered-storage|apply") cmdpath="tiered-storage apply" ;;
             "tiered-storage|remove") cmdpath="tiered-storage remove" ;;
             "tiered-storage|status") cmdpath="tiered-storage status" ;;
@@ -28,14 +37,24 @@ _hpkv_completion() {
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
+        --routing-strategy) COMPREPLY=($(compgen -W "prefixaware kvaware session roundrobin" -- "$cur")); return 0 ;;
     esac
     local words
     case "$cmdpath" in
-        "") words="curvine plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="curvine endpoint operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "endpoint") words="delete deploy list status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "endpoint delete") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "endpoint deploy") words="--cluster --config --context --debug --dry-run --help --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --l1 --l2 --max-model-len --model-name --model-source --namespace --no-l1 --no-l2 --no-routing --no-wait --output --profile --region --replicas --routing --routing-strategy --template --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "endpoint list") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "endpoint status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "operator") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "operator apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "operator remove") words="--cluster --config --context --debug --delete-iam --dry-run --force --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "operator status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "plan") words="--cached-fraction --cluster --config --context --debug --dry-run --help --instance-type --kubeconfig --memory-percent --model --no-wait --output --output-tokens --profile --prompt-tokens --region --replicas --rps --timeout --tokens --tp --verbose --version --wait --yes -h -o -v -y" ;;
         "simulate") words="--answer-tokens --chart --cluster --config --context --context-tokens --debug --dry-run --help --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --no-chart --no-wait --output --overlap --prefix-tokens --prefixes --profile --question-tokens --rate --region --replay --replicas --requests --seed --skew --strategy --timeout --tp --trace --turns --users --verbose --version --wait --workload --yes -h -o -v -y" ;;
         "tiered-storage") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

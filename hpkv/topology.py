@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # HyperPod Inference Operator (EKS add-on amazon-sagemaker-hyperpod-inference)
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_DEPLOYMENT = "hyperpod-inference-controller-manager"
+OPERATOR_SERVICE_ACCOUNT = "hyperpod-inference-controller-manager"  # its IRSA subject
 INFERENCE_GROUP = "inference.sagemaker.aws.amazon.com"
 INFERENCE_VERSION = "v1"
 INFERENCE_API_VERSION = f"{INFERENCE_GROUP}/{INFERENCE_VERSION}"
@@ -20,6 +21,17 @@ ENDPOINT_KIND = "InferenceEndpointConfig"
 ENDPOINT_PLURAL = "inferenceendpointconfigs"
 REGISTRATION_KIND = "SageMakerEndpointRegistration"
 REGISTRATION_PLURAL = "sagemakerendpointregistrations"
+
+# What the operator renders for an InferenceEndpointConfig <name> in <namespace>: a worker
+# Deployment <name> (pods labelled app=<name>, vLLM container <name>), a ClusterIP Service
+# <name>-routing-service (port 443, plain HTTP) and router pods app=<name>-<namespace>-router in the
+# operator's namespace.
+WORKER_LABEL = "app"
+ROUTING_SERVICE_SUFFIX = "-routing-service"
+
+# Env every worker needs (hpkv's endpoint template sets them): one hash seed across replicas, or
+# they never hit each other's cache; the naive serde, as cachegen breaks under the fs L2 connector.
+REQUIRED_WORKER_ENV = {"PYTHONHASHSEED": "0", "LMCACHE_REMOTE_SERDE": "naive"}
 
 # Curvine (stage 3) defaults
 CURVINE_NAMESPACE = "curvine"
@@ -32,6 +44,14 @@ CURVINE_FS_PATH = "/l2cache"
 # L2 wiring (stage 4) defaults
 L2_MOUNT_PATH = "/mnt/curvine/l2cache"
 L2_VOLUME_NAME = "curvine-cache"
+
+
+def routing_service(name: str) -> str:
+    return f"{name}{ROUTING_SERVICE_SUFFIX}"
+
+
+def router_selector(name: str, namespace: str) -> str:
+    return f"{WORKER_LABEL}={name}-{namespace}-router"
 
 
 @dataclass(frozen=True, order=True)

@@ -147,11 +147,14 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import curvine, sizing, tiered_storage
+    from hpkv.cli import curvine, endpoint, operator, sizing, tiered_storage
 
     # stages, in run order
     app.add_typer(tiered_storage.app, name="tiered-storage")
+    app.add_typer(operator.app, name="operator")
     app.add_typer(curvine.app, name="curvine")
+    # inference endpoints
+    app.add_typer(endpoint.app, name="endpoint")
     # sizing
     app.command("plan")(sizing.plan)
     app.command("simulate")(sizing.simulate)

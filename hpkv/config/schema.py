@@ -32,6 +32,7 @@ SECTION_MODULES: dict[str, str] = {
     "tieredStorage": "hpkv.stages.tiered_storage",
     "sizing": "hpkv.sizing",
     "curvine": "hpkv.stages.curvine",
+    "operator": "hpkv.stages.operator",
 }
 
 _REGION = r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$"

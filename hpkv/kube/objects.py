@@ -87,16 +87,19 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def apply(kube: KubeClients, obj: dict[str, Any]) -> dict[str, Any]:
+def apply(kube: KubeClients, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """Server-side apply; ``dry_run`` asks the API server to admit and validate it, not store it."""
     meta = obj["metadata"]
     resource = kube.resource(obj["apiVersion"], obj["kind"])
-    with kube_errors(f"apply {describe(obj)}"):
+    extra = {"dry_run": "All"} if dry_run else {}
+    with kube_errors(f"{'dry-run ' if dry_run else ''}apply {describe(obj)}"):
         result = resource.server_side_apply(
             body=obj,
             name=meta["name"],
             namespace=meta.get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
+            **extra,
         )
     return result.to_dict()
 

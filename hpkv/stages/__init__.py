@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 # (stage name, module, class)
 STAGES: list[tuple[str, str, str]] = [
     ("tiered-storage", "hpkv.stages.tiered_storage", "TieredStorageStage"),
+    ("operator", "hpkv.stages.operator", "OperatorStage"),
     ("curvine", "hpkv.stages.curvine", "CurvineStage"),
 ]
 

@@ -150,7 +150,7 @@ def test_apply_status_second_apply_remove(curvine: CurvineEnv) -> None:
     assert curvine.history("curvine") == []
     assert curvine.history("curvine-csi") == []
     assert set(_pvcs(curvine, "curvine")) == MASTER_PVCS
-    assert curvine.eks.addons[("hpkv-eks", "aws-ebs-csi-driver")]["status"] == "ACTIVE"
+    assert curvine.eks.addons[("hpkv-eks", "aws-ebs-csi-driver")].status == "ACTIVE"
 
     mark = scenario.mark()
     twice = scenario.hpkv("curvine", "remove", "--cluster", "demo", "--yes")
@@ -418,13 +418,13 @@ def test_an_existing_suitable_ebs_class_is_reused(curvine: CurvineEnv) -> None:
 
 
 def test_an_addon_without_a_role_gets_the_irsa_role(curvine: CurvineEnv) -> None:
-    curvine.eks.seed_addon("hpkv-eks", "aws-ebs-csi-driver")
+    curvine.eks.seed_addon("hpkv-eks", "aws-ebs-csi-driver", "v1.48.0-eksbuild.1")
     result = _apply(curvine, "--yes")
     assert result.exit_code == 0, result
     [(op, params)] = curvine.eks.addon_requests
     assert op == "UpdateAddon"
     assert params["serviceAccountRoleArn"].endswith(":role/hpkv-hpkv-eks-ebs-csi")
-    assert curvine.eks.addons[("hpkv-eks", "aws-ebs-csi-driver")]["status"] == "ACTIVE"
+    assert curvine.eks.addons[("hpkv-eks", "aws-ebs-csi-driver")].status == "ACTIVE"
 
 
 def test_changing_master_replicas_after_install_is_refused(curvine: CurvineEnv) -> None:
@@ -478,7 +478,9 @@ def test_an_addon_with_the_users_own_role_keeps_it_and_gains_the_hyperpod_permis
 ) -> None:
     iam = curvine.scenario.aws.client("iam")
     role = iam.create_role(RoleName="team-ebs-csi", AssumeRolePolicyDocument="{}")["Role"]
-    curvine.eks.seed_addon("hpkv-eks", "aws-ebs-csi-driver", serviceAccountRoleArn=role["Arn"])
+    curvine.eks.seed_addon(
+        "hpkv-eks", "aws-ebs-csi-driver", "v1.48.0-eksbuild.1", service_account_role_arn=role["Arn"]
+    )
     result = _apply(curvine, "--yes")
     assert result.exit_code == 0, result
     assert curvine.eks.addon_requests == []

@@ -622,6 +622,16 @@ class KubeHarness:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda pair: self._force_delete(*pair), others))
             list(pool.map(lambda pair: self._force_delete(*pair), crds))
+            # The apiserver finalizes deleted CRDs asynchronously; a terminating CRD still served
+            # by discovery would leak into the next test.
+            list(
+                pool.map(
+                    lambda pair: self._wait_gone(
+                        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{pair[1]['name']}"
+                    ),
+                    crds,
+                )
+            )
             for name in namespaces:
                 self.raw("DELETE", f"/api/v1/namespaces/{name}")
             list(pool.map(self.finalize_namespace, namespaces))
@@ -644,6 +654,14 @@ class KubeHarness:
                 content_type="application/merge-patch+json",
             )
         self.raw("DELETE", path + "?gracePeriodSeconds=0")
+
+    def _wait_gone(self, path: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _body = self.raw("GET", path)
+            if status == 404:
+                return
+            time.sleep(0.05)
 
     def finalize_namespace(self, name: str) -> None:
         """Play the namespace controller: empty the finalizers of a Terminating namespace."""

@@ -1,0 +1,1428 @@
+"""Stage 2: the HyperPod Inference Operator (EKS add-on ``amazon-sagemaker-hyperpod-inference``)
+and what it depends on.
+
+Order of ``apply`` (each step is planned from a read of the live state, so a converged cluster
+yields only ``none`` actions and zero writes):
+
+1. the IAM OIDC provider for the EKS cluster's issuer (IRSA needs it);
+2. the TLS certificate bucket (``hyperpod-tls-...``);
+3. the IRSA roles: the operator's execution role ``SageMakerHyperPodInference-<cluster>`` (trust:
+   sagemaker.amazonaws.com plus the operator's service account), the S3 Mountpoint CSI, FSx CSI,
+   ALB controller and KEDA roles. Any of them may be an existing role named in hpkv.yaml; hpkv then
+   leaves its permissions alone. A trust policy that lacks what the operator needs is drift: it is
+   reported with the exact difference and rewritten only with ``--yes``;
+4. the EKS add-ons in dependency order: ``aws-mountpoint-s3-csi-driver``, ``aws-fsx-csi-driver``,
+   ``metrics-server``, ``cert-manager``, then the operator add-on with its configuration values.
+   Versions are chosen as eksctl does (the default for the cluster's Kubernetes version, ``latest``
+   or a pinned version) and refused below the documented minimums. hpkv waits on every change: on
+   the add-on's status after CreateAddon and on the update ID after UpdateAddon;
+5. verification in Kubernetes: the CSIDrivers, the cert-manager CRDs, the operator Deployment and
+   the InferenceEndpointConfig CRD.
+
+``remove`` goes in reverse, deletes only add-ons hpkv created (tagged ``hpkv:managed-by``), refuses
+while InferenceEndpointConfigs exist (``--force`` overrides) and keeps IAM roles and the bucket unless
+``--delete-iam`` is given (then only those hpkv created are deleted; the OIDC provider is kept).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hpkv.aws import eks, iam, s3, sagemaker
+from hpkv.config import deep_merge
+from hpkv.context import poll_interval
+from hpkv.errors import ConfigError, HpkvError, PreconditionFailed, WaitTimeout
+from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
+from hpkv.topology import (
+    ENDPOINT_PLURAL,
+    INFERENCE_GROUP,
+    OPERATOR_DEPLOYMENT,
+    OPERATOR_NAMESPACE,
+    OPERATOR_SERVICE_ACCOUNT,
+)
+
+if TYPE_CHECKING:
+    from hpkv.topology import EndpointRef
+
+INFERENCE_ACCESS_POLICY = "arn:aws:iam::aws:policy/AmazonSageMakerHyperPodInferenceAccess"
+FSX_ACCESS_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
+ALB_POLICY_NAME = "AWSLoadBalancerControllerIAMPolicy"
+ALB_POLICY_URL = (
+    "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v2.13.0/"
+    "docs/install/iam_policy.json"
+)
+EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+TLS_BUCKET_PREFIX = "hyperpod-tls-"
+HELM_OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
+CSI_DRIVERS = ("s3.csi.aws.com", "fsx.csi.aws.com")
+CERT_MANAGER_CRDS = ("certificates.cert-manager.io", "certificaterequests.cert-manager.io")
+ENDPOINT_CRD = f"{ENDPOINT_PLURAL}.{INFERENCE_GROUP}"
+METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
+BUSY = ("CREATING", "UPDATING", "DELETING")
+VERSION_PATTERN = r"^(default|latest|v?\d+\.\d+\.\d+(-eksbuild\.\d+)?)$"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    key: str
+    title: str
+    suffix: str
+    namespace: str
+    service_account: str
+    sagemaker_trust: bool = False
+    managed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AddonSpec:
+    key: str
+    name: str
+    minimum: str
+    role: str | None = None
+
+
+ROLES: tuple[RoleSpec, ...] = (
+    RoleSpec(
+        "execution",
+        "operator execution role",
+        "",
+        OPERATOR_NAMESPACE,
+        OPERATOR_SERVICE_ACCOUNT,
+        sagemaker_trust=True,
+        managed=(INFERENCE_ACCESS_POLICY,),
+    ),
+    RoleSpec("s3CsiDriver", "S3 Mountpoint CSI role", "S3Csi", "kube-system", "s3-csi-driver-sa"),
+    RoleSpec(
+        "fsxCsiDriver",
+        "FSx CSI role",
+        "FsxCsi",
+        "kube-system",
+        "fsx-csi-controller-sa",
+        managed=(FSX_ACCESS_POLICY,),
+    ),
+    RoleSpec(
+        "alb", "ALB controller role", "Alb", OPERATOR_NAMESPACE, "aws-load-balancer-controller"
+    ),
+    RoleSpec("keda", "KEDA role", "Keda", OPERATOR_NAMESPACE, "keda-operator"),
+)
+ROLE_BY_KEY = {r.key: r for r in ROLES}
+
+ADDONS: tuple[AddonSpec, ...] = (
+    AddonSpec(
+        "s3CsiDriver", "aws-mountpoint-s3-csi-driver", "v1.14.1-eksbuild.1", role="s3CsiDriver"
+    ),
+    AddonSpec("fsxCsiDriver", "aws-fsx-csi-driver", "v1.6.0-eksbuild.1", role="fsxCsiDriver"),
+    AddonSpec("metricsServer", "metrics-server", "v0.7.2-eksbuild.4"),
+    AddonSpec("certManager", "cert-manager", "v1.18.2-eksbuild.2"),
+    AddonSpec("inferenceOperator", "amazon-sagemaker-hyperpod-inference", "v1.0.0-eksbuild.1"),
+)
+OPERATOR_ADDON = ADDONS[-1].name
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "versions": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                spec.key: {
+                    "type": "string",
+                    "pattern": VERSION_PATTERN,
+                    "description": f"'default', 'latest' or a {spec.name} add-on version "
+                    f"(at least {spec.minimum})",
+                }
+                for spec in ADDONS
+            },
+        },
+        "roles": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                spec.key: {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": f"the name or ARN of an existing IAM role to use as the "
+                    f"{spec.title}",
+                }
+                for spec in ROLES
+            },
+        },
+        "tlsBucket": {
+            "type": "string",
+            "pattern": r"^(s3://)?[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/?$",
+            "description": "an S3 bucket name (hpkv creates it if missing)",
+        },
+        "albPolicyArn": {
+            "type": "string",
+            "pattern": r"^arn:aws[a-z-]*:iam::(\d{12}|aws):policy/.+$",
+            "description": "the ARN of the AWS Load Balancer Controller IAM policy",
+        },
+        "modelBuckets": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "description": "S3 buckets the S3 CSI driver may read model weights from",
+        },
+        "resolveConflicts": {"type": "string", "enum": ["OVERWRITE", "PRESERVE", "NONE"]},
+    },
+}
+CONFIG_DEFAULTS: dict[str, Any] = {"resolveConflicts": "OVERWRITE"}
+
+MANAGED_TAGS = [{"Key": iam.MANAGED_BY_TAG, "Value": iam.MANAGED_BY_VALUE}]
+
+# Known causes of unhealthy add-ons, matched against "[code] message" of each health issue.
+_REMEDIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"no endpoints available for service", re.I),
+        "a webhook the add-on calls has no ready endpoints (seen when Kueue is scaled to 0: "
+        "kueue-webhook-service); start that webhook's Deployment again (e.g. 'kubectl -n "
+        "kueue-system scale deployment kueue-controller-manager --replicas=1'), then rerun "
+        "'hpkv operator apply', which deletes the failed add-on with --preserve and re-creates "
+        "it with the same configuration",
+    ),
+    (
+        re.compile(r"fsx\.csi\.aws\.com.*not found|fsx-csi-node", re.I),
+        "the fsx-csi-node DaemonSet is missing; rerun 'hpkv operator apply', which updates "
+        "aws-fsx-csi-driver with resolve-conflicts OVERWRITE to restore it",
+    ),
+    (
+        re.compile(EXECUTION_ROLE_PREFIX, re.I),
+        f"the execution role's name must start with {EXECUTION_ROLE_PREFIX}: let hpkv create it "
+        "or set operator.roles.execution to such a role",
+    ),
+    (
+        re.compile(r"\[(AccessDenied|AddonPermissionFailure)\]"),
+        "the add-on's IAM role lacks a permission or does not trust its service account: check "
+        "'hpkv operator status' for trust-policy drift and fix it with 'hpkv operator apply --yes'",
+    ),
+    (
+        re.compile(r"\[ConfigurationConflict\]"),
+        "resources the add-on manages already exist outside it; set operator.resolveConflicts "
+        "to OVERWRITE (the default) and rerun 'hpkv operator apply'",
+    ),
+    (
+        re.compile(r"\[InsufficientNumberOfReplicas\]"),
+        "the add-on's pods are not ready: check them with 'kubectl get pods -A' for scheduling, "
+        "image or webhook problems",
+    ),
+)
+
+
+def remedies(issues: list[str]) -> str:
+    found: list[str] = []
+    for issue in issues:
+        for pattern, remedy in _REMEDIES:
+            if pattern.search(issue) and remedy not in found:
+                found.append(remedy)
+    return (
+        "; ".join(found) or "fix the cause in the health issues, then rerun 'hpkv operator apply'"
+    )
+
+
+def addon_failure(addon: dict[str, Any]) -> eks.AddonWaitFailed:
+    return eks.AddonWaitFailed(addon, fix=remedies(eks.health_issues(addon)))
+
+
+# --- names ----------------------------------------------------------------------------------------
+def _bounded(prefix: str, variable: str, suffix: str, limit: int) -> str:
+    """prefix + variable + suffix within ``limit`` characters (variable shortened, plus a hash)."""
+    name = f"{prefix}{variable}{suffix}"
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(variable.encode()).hexdigest()[:6]
+    keep = limit - len(prefix) - len(suffix) - len(digest) - 1
+    return f"{prefix}{variable[:keep].rstrip('-')}-{digest}{suffix}"
+
+
+def role_name(spec: RoleSpec, cluster: str) -> str:
+    if spec.key == "execution":
+        return _bounded(f"{EXECUTION_ROLE_PREFIX}-", cluster, "", 64)
+    return _bounded("HyperPodInference-", cluster, f"-{spec.suffix}", 64)
+
+
+def default_tls_bucket(cluster: str, account: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-") or "cluster"
+    return _bounded(TLS_BUCKET_PREFIX, cleaned, f"-{account}", 63)
+
+
+# --- version choice (as eksctl) -------------------------------------------------------------------
+def default_version(versions: list[dict[str, Any]], kubernetes_version: str) -> str | None:
+    for version in versions:
+        for compat in version.get("compatibilities") or []:
+            if compat.get("clusterVersion") == kubernetes_version and compat.get("defaultVersion"):
+                return version["addonVersion"]
+    return None
+
+
+def choose_version(
+    spec: AddonSpec,
+    policy: str,
+    versions: list[dict[str, Any]],
+    kubernetes_version: str,
+    live_version: str | None,
+) -> tuple[str, str]:
+    """(version, why) for ``policy`` = default | latest | a (partial) version."""
+    available = sorted({v["addonVersion"] for v in versions}, key=eks.version_key)
+    if not available:
+        raise PreconditionFailed(
+            f"EKS offers no {spec.name} add-on for Kubernetes {kubernetes_version}",
+            fix="upgrade the EKS cluster to a Kubernetes version the add-on supports",
+        )
+    key = f"operator.versions.{spec.key}"
+    if policy == "latest":
+        return available[-1], "latest"
+    if policy == "default":
+        if live_version is not None and eks.version_key(live_version) >= eks.version_key(
+            spec.minimum
+        ):
+            return live_version, "installed version kept"
+        chosen = default_version(versions, kubernetes_version)
+        if chosen is None:
+            raise PreconditionFailed(
+                f"EKS names no default {spec.name} version for Kubernetes {kubernetes_version}",
+                fix=f"set {key} to 'latest' or to one of: {', '.join(available)}",
+            )
+        return chosen, f"default for Kubernetes {kubernetes_version}"
+    wanted = policy if policy.startswith("v") else f"v{policy}"
+    if wanted in available:
+        return wanted, "pinned"
+    partial = [v for v in available if v.startswith(wanted + "-")]
+    if partial:
+        return partial[-1], f"newest build of {wanted}"
+    raise ConfigError(
+        f"{key}: {spec.name} {policy} is not available for Kubernetes {kubernetes_version}",
+        fix=f"use 'default', 'latest' or one of: {', '.join(available)}",
+    )
+
+
+def check_minimum(spec: AddonSpec, version: str, why: str) -> None:
+    if eks.version_key(version) < eks.version_key(spec.minimum):
+        raise PreconditionFailed(
+            f"{spec.name} {version} ({why}) is below {spec.minimum}, the minimum the HyperPod "
+            "Inference Operator documents",
+            fix=f"set operator.versions.{spec.key} to 'latest' or to {spec.minimum} or newer",
+        )
+
+
+# --- trust policies ---------------------------------------------------------------------------------
+@dataclass
+class TrustDrift:
+    summary: str
+    diff: str
+    fixed: dict[str, Any]
+
+
+def _principal_keys(statement: dict[str, Any]) -> set[tuple[str, str]]:
+    principal = statement.get("Principal") or {}
+    if not isinstance(principal, dict):
+        return {("*", str(principal))}
+    keys = set()
+    for kind, value in principal.items():
+        for item in value if isinstance(value, list) else [value]:
+            keys.add((kind, str(item)))
+    return keys
+
+
+def trust_drift(
+    live: dict[str, Any] | str | None, desired: list[dict[str, Any]]
+) -> TrustDrift | None:
+    """What ``live`` lacks of the ``desired`` statements, the fixed document and the exact diff.
+
+    Statements for other principals are kept; those for the same principals are replaced.
+    """
+    live_statements = iam.statements(live)
+    canonical_live = [iam.canonical_statement(s) for s in live_statements]
+    missing = [s for s in desired if iam.canonical_statement(s) not in canonical_live]
+    if not missing:
+        return None
+    ours = set().union(*(_principal_keys(s) for s in desired))
+    kept = [s for s in live_statements if not (_principal_keys(s) & ours)]
+    fixed = iam.policy_document(kept + desired)
+    before = json.dumps(iam.policy_document(live_statements), indent=2, sort_keys=True)
+    after = json.dumps(fixed, indent=2, sort_keys=True)
+    diff = "\n".join(
+        difflib.unified_diff(
+            before.splitlines(),
+            after.splitlines(),
+            fromfile="trust policy (live)",
+            tofile="trust policy (needed)",
+            lineterm="",
+        )
+    )
+    summary = "; ".join(_describe_statement(s) for s in missing)
+    return TrustDrift(summary=f"lacks {summary}", diff=diff, fixed=fixed)
+
+
+def _describe_statement(statement: dict[str, Any]) -> str:
+    principal = statement.get("Principal") or {}
+    if "Service" in principal:
+        return f"sts:AssumeRole for {principal['Service']}"
+    conditions = (statement.get("Condition") or {}).get("StringEquals") or {}
+    subject = next((v for k, v in conditions.items() if k.endswith(":sub")), "?")
+    provider = str(principal.get("Federated", "?")).rsplit(":", 1)[-1]
+    return f"sts:AssumeRoleWithWebIdentity for {subject} via {provider}"
+
+
+# --- the stage ----------------------------------------------------------------------------------------
+@dataclass
+class Target:
+    """The clusters and account the stage works on (read once per command)."""
+
+    hyperpod_name: str
+    hyperpod_arn: str
+    eks_name: str
+    kubernetes_version: str
+    issuer: str
+    account: str
+    region: str
+
+    @property
+    def provider_arn(self) -> str:
+        return iam.oidc_provider_arn(self.account, self.issuer)
+
+
+@dataclass
+class RoleState:
+    spec: RoleSpec
+    name: str
+    arn: str
+    given: bool
+    live: dict[str, Any] | None
+    attached: list[str] = field(default_factory=list)
+
+
+class OperatorStage(Stage):
+    name = "operator"
+    title = "HyperPod Inference Operator and its dependencies (EKS add-ons, IAM)"
+    number = 2
+
+    # --- configuration --------------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.ctx.settings.section("operator")
+
+    def version_policy(self, spec: AddonSpec) -> str:
+        return str((self.config.get("versions") or {}).get(spec.key) or "default")
+
+    def given_role(self, spec: RoleSpec) -> str | None:
+        value = (self.config.get("roles") or {}).get(spec.key)
+        if (
+            value
+            and spec.key == "execution"
+            and not iam.role_name(value).startswith(EXECUTION_ROLE_PREFIX)
+        ):
+            raise ConfigError(
+                f"operator.roles.execution: role '{iam.role_name(value)}' does not start with "
+                f"{EXECUTION_ROLE_PREFIX}; the operator add-on rejects such an execution role",
+                fix=f"name a role {EXECUTION_ROLE_PREFIX}-..., or remove the key so hpkv creates "
+                "one",
+            )
+        return value or None
+
+    def tls_bucket(self, target: Target) -> str:
+        value = self.config.get("tlsBucket")
+        if value:
+            return str(value).removeprefix("s3://").rstrip("/")
+        return default_tls_bucket(target.hyperpod_name, target.account)
+
+    def resolve_conflicts(self) -> str:
+        return str(self.config.get("resolveConflicts") or "OVERWRITE")
+
+    # --- reads: where ---------------------------------------------------------------------------
+    def target(self) -> Target:
+        name = self.ctx.require_cluster()
+        hyperpod = sagemaker.describe_cluster(self.ctx.aws, name)
+        eks_name = sagemaker.eks_cluster_name(hyperpod)
+        if not eks_name:
+            raise PreconditionFailed(
+                f"HyperPod cluster '{name}' is not orchestrated by EKS",
+                fix="the inference operator needs a HyperPod cluster with the EKS orchestrator",
+            )
+        cluster = eks.describe_cluster(self.ctx.aws, eks_name)
+        issuer = eks.oidc_issuer(cluster)
+        if not issuer:
+            raise PreconditionFailed(
+                f"EKS cluster '{eks_name}' has no OIDC issuer",
+                fix="wait until the EKS cluster is ACTIVE; IRSA needs its OIDC issuer",
+            )
+        account = self.ctx.aws.caller_identity()["Account"]
+        return Target(
+            hyperpod_name=hyperpod.get("ClusterName", name),
+            hyperpod_arn=hyperpod["ClusterArn"],
+            eks_name=eks_name,
+            kubernetes_version=str(cluster.get("version", "")),
+            issuer=issuer,
+            account=account,
+            region=self.ctx.aws.region,
+        )
+
+    # --- reads: desired IAM documents -----------------------------------------------------------
+    def trust_statements(self, spec: RoleSpec, target: Target) -> list[dict[str, Any]]:
+        subject = iam.service_account_subject(spec.namespace, spec.service_account)
+        found = [iam.irsa_statement(target.provider_arn, target.issuer, subject)]
+        if spec.sagemaker_trust:
+            found.insert(0, iam.service_statement("sagemaker.amazonaws.com"))
+        return found
+
+    def inline_policy(self, spec: RoleSpec, target: Target) -> tuple[str, dict[str, Any]] | None:
+        if spec.key == "execution":
+            bucket = self.tls_bucket(target)
+            return "hpkv-tls-certificates", iam.policy_document(
+                [
+                    {
+                        "Sid": "TlsBucketObjects",
+                        "Effect": "Allow",
+                        "Action": [
+                            "s3:GetObject",
+                            "s3:PutObject",
+                            "s3:PutObjectTagging",
+                            "s3:DeleteObject",
+                        ],
+                        "Resource": [f"arn:aws:s3:::{bucket}/*"],
+                    },
+                    {
+                        "Sid": "TlsBucketList",
+                        "Effect": "Allow",
+                        "Action": ["s3:ListBucket"],
+                        "Resource": [f"arn:aws:s3:::{bucket}"],
+                    },
+                    {
+                        "Sid": "TagCertificates",
+                        "Effect": "Allow",
+                        "Action": ["acm:AddTagsToCertificate"],
+                        "Resource": [f"arn:aws:acm:{target.region}:{target.account}:certificate/*"],
+                    },
+                ]
+            )
+        if spec.key == "s3CsiDriver":
+            buckets = list(self.config.get("modelBuckets") or ["*"])
+            return "hpkv-model-read", iam.policy_document(
+                [
+                    {
+                        "Sid": "MountpointListBuckets",
+                        "Effect": "Allow",
+                        "Action": ["s3:ListBucket"],
+                        "Resource": [f"arn:aws:s3:::{b}" for b in buckets],
+                    },
+                    {
+                        "Sid": "MountpointReadObjects",
+                        "Effect": "Allow",
+                        "Action": ["s3:GetObject"],
+                        "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets],
+                    },
+                ]
+            )
+        if spec.key == "keda":
+            return "hpkv-keda-metrics", iam.policy_document(
+                [
+                    {
+                        "Sid": "CloudWatchMetrics",
+                        "Effect": "Allow",
+                        "Action": [
+                            "cloudwatch:GetMetricData",
+                            "cloudwatch:GetMetricStatistics",
+                            "cloudwatch:ListMetrics",
+                        ],
+                        "Resource": "*",
+                    },
+                    {
+                        "Sid": "PrometheusQueries",
+                        "Effect": "Allow",
+                        "Action": [
+                            "aps:QueryMetrics",
+                            "aps:GetLabels",
+                            "aps:GetSeries",
+                            "aps:GetMetricMetadata",
+                        ],
+                        "Resource": "*",
+                    },
+                ]
+            )
+        return None
+
+    def alb_policy_arn(self, target: Target) -> str:
+        return str(
+            self.config.get("albPolicyArn")
+            or f"arn:aws:iam::{target.account}:policy/{ALB_POLICY_NAME}"
+        )
+
+    def managed_policies(self, spec: RoleSpec, target: Target) -> list[str]:
+        if spec.key == "alb":
+            return [self.alb_policy_arn(target)]
+        return list(spec.managed)
+
+    def role_state(self, spec: RoleSpec, target: Target) -> RoleState:
+        given = self.given_role(spec)
+        name = iam.role_name(given) if given else role_name(spec, target.hyperpod_name)
+        live = iam.get_role(self.ctx.aws, name)
+        arn = live["Arn"] if live else f"arn:aws:iam::{target.account}:role/{name}"
+        attached = iam.attached_policies(self.ctx.aws, name) if live else []
+        return RoleState(spec, name, arn, given is not None, live, attached)
+
+    # --- reads: add-on configuration ----------------------------------------------------------
+    def addon_configuration(self, target: Target, roles: dict[str, RoleState]) -> dict[str, Any]:
+        return {
+            "executionRoleArn": roles["execution"].arn,
+            "tlsCertificateS3Bucket": self.tls_bucket(target),
+            "hyperpodClusterArn": target.hyperpod_arn,
+            "alb": {"serviceAccount": {"create": True, "roleArn": roles["alb"].arn}},
+            "keda": {"auth": {"aws": {"irsa": {"roleArn": roles["keda"].arn}}}},
+        }
+
+    def desired_addon(
+        self, spec: AddonSpec, target: Target, roles: dict[str, RoleState]
+    ) -> dict[str, Any]:
+        """The add-on's settings hpkv manages (version aside)."""
+        desired: dict[str, Any] = {}
+        if spec.role:
+            desired["serviceAccountRoleArn"] = roles[spec.role].arn
+        if spec.name == OPERATOR_ADDON:
+            desired["configurationValues"] = self.addon_configuration(target, roles)
+        return desired
+
+    # --- status ---------------------------------------------------------------------------------
+    def status(self) -> list[Check]:
+        target = self.target()  # without the clusters nothing can be checked: UNKNOWN (exit 3)
+        checks = [
+            self.check(
+                "cluster",
+                CheckState.OK,
+                f"HyperPod {target.hyperpod_name} on EKS {target.eks_name} "
+                f"(Kubernetes {target.kubernetes_version})",
+            ),
+            self._guarded("oidc-provider", lambda: self._oidc_check(target)),
+            self._guarded("tls-bucket", lambda: self._bucket_check(target)),
+        ]
+        roles: dict[str, RoleState] = {}
+        for spec in ROLES:
+            try:
+                roles[spec.key] = self.role_state(spec, target)
+            except HpkvError as exc:
+                checks.append(
+                    self.check(
+                        f"role/{spec.key}", CheckState.UNKNOWN, exc.one_line(), exc.fix or ""
+                    )
+                )
+                continue
+            checks.append(self._role_check(roles[spec.key], target))
+        addon_checks = [
+            self._guarded(f"addon/{spec.name}", lambda s=spec: self._addon_check(s, target, roles))
+            for spec in ADDONS
+        ]
+        checks.extend(addon_checks)
+        # Before the operator add-on exists, what it installs is expected to be missing.
+        installed = addon_checks[-1].evidence != "not installed"
+        checks.extend(
+            self.kubernetes_checks(missing=CheckState.FAIL if installed else CheckState.WARN)
+        )
+        return checks
+
+    def _guarded(self, name: str, check: Callable[[], Check]) -> Check:
+        """Run one check; an API error becomes an UNKNOWN check instead of ending the report."""
+        try:
+            return check()
+        except HpkvError as exc:
+            return self.check(name, CheckState.UNKNOWN, exc.one_line(), exc.fix or "")
+
+    def _oidc_check(self, target: Target) -> Check:
+        if iam.oidc_provider_exists(self.ctx.aws, target.provider_arn):
+            return self.check("oidc-provider", CheckState.OK, f"{target.provider_arn} exists")
+        return self.check(
+            "oidc-provider",
+            CheckState.WARN,
+            f"no IAM OIDC provider for {target.issuer} (IRSA cannot work)",
+            "run 'hpkv operator apply'",
+        )
+
+    def _bucket_check(self, target: Target) -> Check:
+        bucket = self.tls_bucket(target)
+        state = s3.bucket_state(self.ctx.aws, bucket)
+        if state == "present":
+            return self.check("tls-bucket", CheckState.OK, f"s3://{bucket} exists")
+        if state == "forbidden":
+            return self.check(
+                "tls-bucket",
+                CheckState.FAIL,
+                f"s3://{bucket} exists but belongs to another account",
+                "set operator.tlsBucket to a bucket name of your own",
+            )
+        return self.check(
+            "tls-bucket",
+            CheckState.WARN,
+            f"s3://{bucket} does not exist",
+            "run 'hpkv operator apply'",
+        )
+
+    def _role_check(self, role: RoleState, target: Target) -> Check:
+        name = f"role/{role.spec.key}"
+        origin = "given in hpkv.yaml" if role.given else "managed by hpkv"
+        if role.live is None:
+            return self.check(
+                name,
+                CheckState.FAIL if role.given else CheckState.WARN,
+                f"{role.name} ({origin}) does not exist",
+                "create it, or remove operator.roles." + role.spec.key
+                if role.given
+                else "run 'hpkv operator apply'",
+            )
+        drift = trust_drift(
+            role.live.get("AssumeRolePolicyDocument"), self.trust_statements(role.spec, target)
+        )
+        if drift is not None:
+            return self.check(
+                name,
+                CheckState.WARN,
+                f"{role.name} ({origin}): trust policy {drift.summary}",
+                "review the difference with 'hpkv operator apply --dry-run', fix it with "
+                "'hpkv operator apply --yes'",
+            )
+        missing = [p for p in self.managed_policies(role.spec, target) if p not in role.attached]
+        if missing:
+            return self.check(
+                name,
+                CheckState.WARN,
+                f"{role.name} ({origin}) lacks policy {', '.join(missing)}",
+                f"attach it: aws iam attach-role-policy --role-name {role.name} --policy-arn "
+                f"{missing[0]}"
+                if role.given
+                else "run 'hpkv operator apply'",
+            )
+        return self.check(
+            name, CheckState.OK, f"{role.name} ({origin}): trust and policies in place"
+        )
+
+    def _addon_check(self, spec: AddonSpec, target: Target, roles: dict[str, RoleState]) -> Check:
+        name = f"addon/{spec.name}"
+        live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name)
+        if live is None:
+            return self.check(name, CheckState.WARN, "not installed", "run 'hpkv operator apply'")
+        status, version = live.get("status"), live.get("addonVersion", "?")
+        issues = eks.health_issues(live)
+        if status in ("CREATE_FAILED", "DEGRADED", "UPDATE_FAILED", "DELETE_FAILED"):
+            return self.check(
+                name,
+                CheckState.FAIL,
+                f"{status} at {version}: " + ("; ".join(issues) or "no health issues reported"),
+                remedies(issues),
+            )
+        if status in BUSY:
+            return self.check(name, CheckState.WARN, f"{status} ({version})", "wait, then recheck")
+        if eks.version_key(version) < eks.version_key(spec.minimum):
+            return self.check(
+                name,
+                CheckState.FAIL,
+                f"ACTIVE at {version}, below the documented minimum {spec.minimum}",
+                "run 'hpkv operator apply' to upgrade it",
+            )
+        if roles and all(r in roles for r in ("execution", "alb", "keda")):
+            differences = self._addon_differences(live, self.desired_addon(spec, target, roles))
+            if differences:
+                return self.check(
+                    name,
+                    CheckState.WARN,
+                    f"ACTIVE at {version}; differs from hpkv.yaml in {', '.join(differences)}",
+                    "run 'hpkv operator apply'",
+                )
+        return self.check(name, CheckState.OK, f"ACTIVE at {version}")
+
+    @staticmethod
+    def _addon_differences(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
+        """The settings hpkv manages that the live add-on lacks (other configuration keys are the
+        user's and stay)."""
+        from hpkv.kube.objects import is_subset
+
+        differences = []
+        if (
+            "serviceAccountRoleArn" in desired
+            and live.get("serviceAccountRoleArn") != desired["serviceAccountRoleArn"]
+        ):
+            differences.append("serviceAccountRoleArn")
+        if "configurationValues" in desired:
+            current = _parse_json(live.get("configurationValues")) or {}
+            if not is_subset(desired["configurationValues"], current):
+                differences.append("configurationValues")
+        return differences
+
+    # --- Kubernetes verification ----------------------------------------------------------------
+    def kubernetes_checks(self, *, missing: CheckState = CheckState.FAIL) -> list[Check]:
+        """The operator's footprint in Kubernetes; ``missing`` is the state of an absent part."""
+        from hpkv.kube import is_status, kube_errors
+
+        kube = self.ctx.kube
+        checks: list[Check] = []
+
+        def read(what: str, reader: Callable[[], Any]) -> Any:
+            with kube_errors(f"read {what}"):
+                try:
+                    return reader()
+                except Exception as exc:
+                    if is_status(exc, 404):
+                        return None
+                    raise
+
+        try:
+            for driver in CSI_DRIVERS:
+                found = read(
+                    f"CSIDriver {driver}", lambda d=driver: kube.storage.read_csi_driver(d)
+                )
+                checks.append(
+                    self.check(
+                        f"csidriver/{driver}",
+                        CheckState.OK if found else missing,
+                        "registered" if found else "missing (its CSI add-on is not running)",
+                        "" if found else "check the CSI driver add-on with 'hpkv operator status'",
+                    )
+                )
+            absent = [
+                crd
+                for crd in CERT_MANAGER_CRDS
+                if read(
+                    f"CRD {crd}",
+                    lambda c=crd: kube.apiextensions.read_custom_resource_definition(c),
+                )
+                is None
+            ]
+            checks.append(
+                self.check(
+                    "cert-manager-crds",
+                    missing if absent else CheckState.OK,
+                    f"missing: {', '.join(absent)}" if absent else "present",
+                    "check the cert-manager add-on" if absent else "",
+                )
+            )
+            deployment = read(
+                f"Deployment {OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}",
+                lambda: kube.apps.read_namespaced_deployment(
+                    OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE
+                ),
+            )
+            checks.append(self._deployment_check(deployment, missing))
+            crd = read(
+                f"CRD {ENDPOINT_CRD}",
+                lambda: kube.apiextensions.read_custom_resource_definition(ENDPOINT_CRD),
+            )
+            checks.append(self._crd_check(crd, missing))
+        except HpkvError as exc:
+            checks.append(
+                self.check(
+                    "kubernetes", CheckState.UNKNOWN, exc.one_line(), exc.fix or "check access"
+                )
+            )
+        return checks
+
+    def _deployment_check(self, deployment: Any, missing: CheckState) -> Check:
+        name = "operator-deployment"
+        where = f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}"
+        if deployment is None:
+            return self.check(
+                name, missing, f"Deployment {where} not found", "check the operator add-on"
+            )
+        status = deployment.status
+        conditions = {c.type: c for c in (status.conditions or [])} if status else {}
+        available = conditions.get("Available")
+        ready = (
+            f"{(status.ready_replicas or 0) if status else 0}/{deployment.spec.replicas or 0} ready"
+        )
+        if available is not None and available.status == "True":
+            return self.check(name, CheckState.OK, f"Deployment {where} Available ({ready})")
+        reason = (
+            f"{available.reason}: {available.message}" if available else "no Available condition"
+        )
+        return self.check(
+            name,
+            CheckState.FAIL,
+            f"Deployment {where} not Available ({ready}; {reason})",
+            f"kubectl logs -n {OPERATOR_NAMESPACE} deployment/{OPERATOR_DEPLOYMENT}",
+        )
+
+    def _crd_check(self, crd: Any, missing: CheckState) -> Check:
+        name = "endpoint-crd"
+        if crd is None:
+            return self.check(
+                name, missing, f"CRD {ENDPOINT_CRD} not found", "check the operator add-on"
+            )
+        conditions = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
+        if conditions.get("Established") == "True":
+            return self.check(name, CheckState.OK, f"CRD {ENDPOINT_CRD} Established")
+        return self.check(
+            name,
+            CheckState.FAIL,
+            f"CRD {ENDPOINT_CRD} not Established",
+            "check the operator add-on and the API server",
+        )
+
+    def _self_managed(self) -> dict[str, str]:
+        """Add-on name -> evidence, for dependencies already installed outside EKS add-ons.
+
+        Creating an add-on over them would take them over (or fail with ConfigurationConflict), so
+        hpkv leaves them alone, as the HyperPod CLI's migration script does.
+        """
+        from hpkv.kube import is_status, kube_errors
+
+        kube = self.ctx.kube
+        found: dict[str, str] = {}
+
+        def exists(reader: Callable[[], Any], what: str) -> bool:
+            with kube_errors(f"read {what}"):
+                try:
+                    reader()
+                except Exception as exc:
+                    if is_status(exc, 404):
+                        return False
+                    raise
+            return True
+
+        if exists(lambda: kube.storage.read_csi_driver("s3.csi.aws.com"), "CSIDriver"):
+            found["aws-mountpoint-s3-csi-driver"] = "CSIDriver s3.csi.aws.com exists"
+        if exists(lambda: kube.storage.read_csi_driver("fsx.csi.aws.com"), "CSIDriver"):
+            found["aws-fsx-csi-driver"] = "CSIDriver fsx.csi.aws.com exists"
+        if exists(
+            lambda: kube.apiextensions.read_custom_resource_definition(CERT_MANAGER_CRDS[0]),
+            "CRD",
+        ):
+            found["cert-manager"] = f"CRD {CERT_MANAGER_CRDS[0]} exists"
+        if exists(lambda: self._read_api_service(METRICS_API_SERVICE), "APIService"):
+            found["metrics-server"] = f"APIService {METRICS_API_SERVICE} exists"
+        if exists(
+            lambda: kube.apps.read_namespaced_deployment(
+                HELM_OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE
+            ),
+            "Deployment",
+        ):
+            found[OPERATOR_ADDON] = f"Helm Deployment {HELM_OPERATOR_DEPLOYMENT} exists"
+        return found
+
+    def _read_api_service(self, name: str) -> Any:
+        from kubernetes import client
+
+        return client.ApiregistrationV1Api(self.ctx.kube.api_client).read_api_service(name)
+
+    # --- plan -----------------------------------------------------------------------------------
+    def plan(self, **_: Any) -> Plan:
+        target = self.target()
+        plan = Plan(stage=self.name)
+        plan.add(self._plan_oidc(target))
+        plan.add(self._plan_bucket(target))
+        roles: dict[str, RoleState] = {}
+        for spec in ROLES:
+            roles[spec.key] = self.role_state(spec, target)
+            self._plan_role(plan, roles[spec.key], target)
+        try:
+            self_managed = self._self_managed()
+        except HpkvError as exc:
+            self_managed = {}
+            plan.notes.append(
+                f"could not look for dependencies installed outside EKS add-ons: {exc.message}"
+            )
+        for spec in ADDONS:
+            plan.add(self._plan_addon(spec, target, roles, self_managed))
+        return plan
+
+    def _plan_oidc(self, target: Target) -> Action:
+        what = f"iam oidc-provider/{iam.issuer_host(target.issuer)}"
+        if iam.oidc_provider_exists(self.ctx.aws, target.provider_arn):
+            return Action(what, Verb.NONE, "exists")
+        return Action(
+            what,
+            Verb.CREATE,
+            f"register the EKS OIDC issuer for IRSA (client ID {iam.STS_AUDIENCE})",
+            None,
+            {"url": target.issuer, "clientIds": [iam.STS_AUDIENCE]},
+            run=lambda: iam.create_oidc_provider(self.ctx.aws, target.issuer, MANAGED_TAGS),
+        )
+
+    def _plan_bucket(self, target: Target) -> Action:
+        bucket = self.tls_bucket(target)
+        what = f"s3 bucket/{bucket}"
+        state = s3.bucket_state(self.ctx.aws, bucket)
+        if state == "present":
+            return Action(what, Verb.NONE, "exists")
+        if state == "forbidden":
+            raise PreconditionFailed(
+                f"S3 bucket {bucket} exists but belongs to another account",
+                fix="set operator.tlsBucket in hpkv.yaml to a bucket name of your own",
+            )
+        return Action(
+            what,
+            Verb.CREATE,
+            f"create the operator's TLS certificate bucket in {target.region}",
+            None,
+            {"bucket": bucket, "region": target.region},
+            run=lambda: s3.create_bucket(self.ctx.aws, bucket, tags=MANAGED_TAGS),
+        )
+
+    def _plan_role(self, plan: Plan, role: RoleState, target: Target) -> None:
+        spec = role.spec
+        what = f"iam role/{role.name}"
+        trust = self.trust_statements(spec, target)
+        managed = self.managed_policies(spec, target)
+        inline = None if role.given else self.inline_policy(spec, target)
+        if role.live is None:
+            if role.given:
+                raise PreconditionFailed(
+                    f"role {role.name} (operator.roles.{spec.key}) does not exist",
+                    fix="create it, or remove the key so hpkv creates one",
+                )
+            self._require_policies(managed, spec)
+            desired = {
+                "trust": iam.policy_document(trust),
+                "attach": managed,
+                **({"inline": {inline[0]: inline[1]}} if inline else {}),
+            }
+            plan.add(
+                Action(
+                    what,
+                    Verb.CREATE,
+                    f"create the {spec.title} for "
+                    f"{iam.service_account_subject(spec.namespace, spec.service_account)}",
+                    None,
+                    desired,
+                    run=lambda: self._create_role(role, trust, managed, inline),
+                )
+            )
+            return
+        changed = False
+        drift = trust_drift(role.live.get("AssumeRolePolicyDocument"), trust)
+        if drift is not None:
+            changed = True
+            plan.notes.append(
+                f"role {role.name}: the trust policy {drift.summary}. Difference:\n{drift.diff}"
+            )
+            if self.ctx.options.yes:
+                plan.add(
+                    Action(
+                        what,
+                        Verb.UPDATE,
+                        f"rewrite the trust policy (drift: {drift.summary})",
+                        iam.policy_document(iam.statements(role.live["AssumeRolePolicyDocument"])),
+                        drift.fixed,
+                        run=lambda: iam.update_trust(self.ctx.aws, role.name, drift.fixed),
+                    )
+                )
+            else:
+                plan.add(
+                    Action(
+                        what,
+                        Verb.NONE,
+                        f"trust policy drift NOT fixed ({drift.summary}); rerun with --yes to "
+                        "rewrite it",
+                    )
+                )
+        if not role.given:
+            missing = [p for p in managed if p not in role.attached]
+            if missing:
+                self._require_policies(missing, spec)
+                changed = True
+                plan.add(
+                    Action(
+                        what,
+                        Verb.UPDATE,
+                        f"attach {', '.join(p.rsplit('/', 1)[-1] for p in missing)}",
+                        {"attached": role.attached},
+                        {"attached": role.attached + missing},
+                        run=lambda: [
+                            iam.attach_policy(self.ctx.aws, role.name, p) for p in missing
+                        ],
+                    )
+                )
+            if inline is not None:
+                live_inline = iam.inline_policy(self.ctx.aws, role.name, inline[0])
+                if live_inline is None or not iam.same_document(live_inline, inline[1]):
+                    changed = True
+                    plan.add(
+                        Action(
+                            what,
+                            Verb.UPDATE,
+                            f"{'put' if live_inline is None else 'update'} inline policy "
+                            f"{inline[0]}",
+                            live_inline,
+                            inline[1],
+                            run=lambda: iam.put_inline_policy(
+                                self.ctx.aws, role.name, inline[0], inline[1]
+                            ),
+                        )
+                    )
+        if not changed:
+            origin = "given in hpkv.yaml" if role.given else "up to date"
+            plan.add(Action(what, Verb.NONE, f"{spec.title}: {origin}"))
+
+    def _require_policies(self, arns: list[str], spec: RoleSpec) -> None:
+        for arn in arns:
+            if iam.policy_exists(self.ctx.aws, arn):
+                continue
+            if spec.key == "alb":
+                raise PreconditionFailed(
+                    f"IAM policy {arn} for the ALB controller role does not exist",
+                    fix=f"create it from the AWS Load Balancer Controller's policy ('curl -o "
+                    f"iam_policy.json {ALB_POLICY_URL}' then 'aws iam create-policy "
+                    f"--policy-name {ALB_POLICY_NAME} --policy-document file://iam_policy.json'), "
+                    "or set operator.albPolicyArn",
+                )
+            raise PreconditionFailed(
+                f"IAM policy {arn} does not exist in this account",
+                fix="check the partition/region; AWS managed policies exist in every commercial "
+                "region",
+            )
+
+    def _create_role(
+        self,
+        role: RoleState,
+        trust: list[dict[str, Any]],
+        managed: list[str],
+        inline: tuple[str, dict[str, Any]] | None,
+    ) -> None:
+        aws = self.ctx.aws
+        iam.create_role(
+            aws,
+            role.name,
+            iam.policy_document(trust),
+            description=f"hpkv: {role.spec.title} for HyperPod cluster {self.ctx.require_cluster()}",
+            tags=MANAGED_TAGS,
+        )
+        for arn in managed:
+            iam.attach_policy(aws, role.name, arn)
+        if inline is not None:
+            iam.put_inline_policy(aws, role.name, inline[0], inline[1])
+
+    def _plan_addon(
+        self,
+        spec: AddonSpec,
+        target: Target,
+        roles: dict[str, RoleState],
+        self_managed: dict[str, str],
+    ) -> Action:
+        what = f"eks addon/{spec.name}"
+        live = self._settled_addon(spec, target)
+        if live is None and spec.name in self_managed:
+            evidence = self_managed[spec.name]
+            if spec.name == OPERATOR_ADDON:
+                raise PreconditionFailed(
+                    f"the inference operator is installed with Helm ({evidence} in "
+                    f"{OPERATOR_NAMESPACE}); hpkv manages the EKS add-on",
+                    fix="migrate it with the HyperPod CLI's helm_chart/HyperPodHelmChart/charts/"
+                    "inference-operator/migration/helm_to_addon.sh, or uninstall the Helm release",
+                )
+            return Action(
+                what, Verb.NONE, f"installed outside EKS add-ons ({evidence}); left alone"
+            )
+        versions = eks.addon_versions(self.ctx.aws, spec.name, target.kubernetes_version)
+        version, why = choose_version(
+            spec,
+            self.version_policy(spec),
+            versions,
+            target.kubernetes_version,
+            live.get("addonVersion") if live else None,
+        )
+        check_minimum(spec, version, why)
+        desired = self.desired_addon(spec, target, roles)
+        request = self._addon_request(spec, target, version, desired)
+        after = {"addonVersion": version, **desired}
+        if live is None:
+            return Action(
+                what,
+                Verb.CREATE,
+                f"create {version} ({why})",
+                None,
+                after,
+                run=lambda: self._create_addon(spec, target, request),
+            )
+        before = {
+            "addonVersion": live.get("addonVersion"),
+            "status": live.get("status"),
+            **({"serviceAccountRoleArn": live.get("serviceAccountRoleArn")} if spec.role else {}),
+            **(
+                {"configurationValues": _parse_json(live.get("configurationValues"))}
+                if "configurationValues" in desired
+                else {}
+            ),
+        }
+        status = live.get("status")
+        if status == "CREATE_FAILED":
+            issues = "; ".join(eks.health_issues(live)) or "no health issues reported"
+            return Action(
+                what,
+                Verb.UPDATE,
+                f"re-create (CREATE_FAILED: {issues}): delete with --preserve, create {version}",
+                before,
+                after,
+                run=lambda: self._recreate_addon(spec, target, request),
+            )
+        differences = self._addon_differences(live, desired)
+        if live.get("addonVersion") != version:
+            differences.insert(0, f"version {live.get('addonVersion')} -> {version} ({why})")
+        if not differences and status in ("DEGRADED", "UPDATE_FAILED"):
+            issues = "; ".join(eks.health_issues(live)) or "no health issues reported"
+            differences.append(
+                f"repair ({status}: {issues}) with resolve-conflicts {self.resolve_conflicts()}"
+            )
+        if not differences:
+            return Action(what, Verb.NONE, f"{version} ACTIVE, configuration unchanged")
+        update = {k: v for k, v in request.items() if k not in ("tags",)}
+        if "configurationValues" in desired:
+            # Keep configuration keys hpkv does not manage (e.g. jumpstartGatedModelDownloadRoleArn).
+            current = _parse_json(live.get("configurationValues"))
+            merged = deep_merge(
+                current if isinstance(current, dict) else {}, desired["configurationValues"]
+            )
+            update["configurationValues"] = json.dumps(merged, sort_keys=True)
+        return Action(
+            what,
+            Verb.UPDATE,
+            "update: " + "; ".join(differences),
+            before,
+            after,
+            run=lambda: self._update_addon(spec, target, update),
+        )
+
+    def _addon_request(
+        self, spec: AddonSpec, target: Target, version: str, desired: dict[str, Any]
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "clusterName": target.eks_name,
+            "addonName": spec.name,
+            "addonVersion": version,
+            "resolveConflicts": self.resolve_conflicts(),
+            "tags": {iam.MANAGED_BY_TAG: iam.MANAGED_BY_VALUE},
+        }
+        if "serviceAccountRoleArn" in desired:
+            request["serviceAccountRoleArn"] = desired["serviceAccountRoleArn"]
+        if "configurationValues" in desired:
+            request["configurationValues"] = json.dumps(
+                desired["configurationValues"], sort_keys=True
+            )
+        return request
+
+    def _settled_addon(self, spec: AddonSpec, target: Target) -> dict[str, Any] | None:
+        """DescribeAddon; a busy add-on is waited for with --wait, refused otherwise."""
+        live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name)
+        if live is None or live.get("status") not in BUSY:
+            return live
+        if self.ctx.options.wait is not True:
+            raise PreconditionFailed(
+                f"add-on {spec.name} is {live['status']}; hpkv does not start a second change",
+                fix="rerun with --wait to wait for it, or retry when it is done",
+            )
+        deleted = live["status"] == "DELETING"
+        with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} ({live['status']})"):
+            try:
+                return self._wait_addon(spec, target, deleted=deleted)
+            except eks.AddonWaitFailed as exc:
+                return exc.addon
+
+    # --- writes ---------------------------------------------------------------------------------
+    def _wait_addon(
+        self, spec: AddonSpec, target: Target, *, deleted: bool
+    ) -> dict[str, Any] | None:
+        return eks.wait_addon(
+            self.ctx.aws,
+            target.eks_name,
+            spec.name,
+            deleted=deleted,
+            timeout=self.ctx.options.timeout,
+            delay=poll_interval(10.0),
+        )
+
+    def _wait_active(self, spec: AddonSpec, target: Target) -> None:
+        with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} to be ACTIVE"):
+            try:
+                self._wait_addon(spec, target, deleted=False)
+            except eks.AddonWaitFailed as exc:
+                raise addon_failure(exc.addon) from None
+
+    def _create_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
+        # None: it exists already (an interrupted earlier run created it); wait for that one.
+        eks.create_addon(self.ctx.aws, **request)
+        self._wait_active(spec, target)
+
+    def _recreate_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
+        eks.delete_addon(self.ctx.aws, target.eks_name, spec.name, preserve=True)
+        with self.ctx.reporter.waiting(f"waiting for failed add-on {spec.name} to be deleted"):
+            try:
+                self._wait_addon(spec, target, deleted=True)
+            except eks.AddonWaitFailed as exc:
+                raise addon_failure(exc.addon) from None
+        self._create_addon(spec, target, request)
+
+    def _update_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
+        update = eks.update_addon(self.ctx.aws, **request)
+        with self.ctx.reporter.waiting(f"waiting for update {update['id']} of add-on {spec.name}"):
+            try:
+                eks.wait_update(
+                    self.ctx.aws,
+                    target.eks_name,
+                    spec.name,
+                    update["id"],
+                    timeout=self.ctx.options.timeout,
+                    delay=poll_interval(10.0),
+                )
+            except eks.UpdateFailed as exc:
+                live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name) or {}
+                issues = exc.issues + eks.health_issues(live)
+                raise eks.UpdateFailed(spec.name, exc.update, fix=remedies(issues)) from None
+        self._wait_active(spec, target)
+
+    def apply(self, plan: Plan) -> ApplyResult:
+        result = self.run_plan(plan)
+        result.notes.extend(n.split("\n", 1)[0] for n in plan.notes)
+        if self.ctx.options.wait is False:
+            result.notes.append(
+                "not verifying Kubernetes (--no-wait); check with 'hpkv operator status'"
+            )
+            return result
+        result.checks.extend(self._wait_kubernetes())
+        return result
+
+    def _wait_kubernetes(self) -> list[Check]:
+        deadline = time.monotonic() + self.ctx.options.timeout
+        with self.ctx.reporter.waiting("waiting for the operator to be ready in Kubernetes"):
+            while True:
+                checks = self.kubernetes_checks()
+                failing = [c for c in checks if c.state is not CheckState.OK]
+                if not failing:
+                    return checks
+                if time.monotonic() >= deadline:
+                    first = failing[0]
+                    raise WaitTimeout(
+                        f"the operator was not ready in Kubernetes within "
+                        f"{int(self.ctx.options.timeout)}s: {first.name}: {first.evidence}",
+                        fix=first.remediation or "check 'hpkv operator status'",
+                    )
+                time.sleep(min(poll_interval(5.0), max(0.0, deadline - time.monotonic())))
+
+    # --- remove ---------------------------------------------------------------------------------
+    def endpoints(self) -> list[EndpointRef]:
+        from hpkv.topology import list_endpoints
+
+        return list_endpoints(self.ctx.kube)
+
+    def plan_remove(self, *, delete_iam: bool = False, force: bool = False, **_: Any) -> Plan:
+        target = self.target()
+        plan = Plan(stage=self.name)
+        try:
+            endpoints = self.endpoints()
+        except HpkvError as exc:
+            if not force:
+                raise PreconditionFailed(
+                    f"cannot check for InferenceEndpointConfigs: {exc.message}",
+                    fix="fix Kubernetes access, or pass --force to remove the operator anyway",
+                ) from None
+            endpoints = []
+            plan.notes.append(f"could not check for endpoints ({exc.message}); --force given")
+        if endpoints:
+            shown = ", ".join(str(e) for e in endpoints[:5]) + (
+                " ..." if len(endpoints) > 5 else ""
+            )
+            if not force:
+                raise PreconditionFailed(
+                    f"{len(endpoints)} InferenceEndpointConfig(s) still exist: {shown}",
+                    fix="delete them first ('hpkv endpoint delete NAME -n NAMESPACE'), or pass "
+                    "--force to remove the operator anyway (they stop being reconciled)",
+                )
+            plan.notes.append(
+                f"--force: {len(endpoints)} endpoint(s) stay without an operator: {shown}"
+            )
+        for spec in reversed(ADDONS):
+            plan.add(self._plan_remove_addon(spec, target))
+        if not delete_iam:
+            plan.notes.append(
+                "IAM roles, the TLS bucket and the OIDC provider are kept (--delete-iam deletes "
+                "the roles and bucket hpkv created)"
+            )
+            return plan
+        for spec in ROLES:
+            plan.add(self._plan_remove_role(spec, target))
+        plan.add(self._plan_remove_bucket(target))
+        plan.add(
+            Action(
+                f"iam oidc-provider/{iam.issuer_host(target.issuer)}",
+                Verb.NONE,
+                "kept: other IRSA roles of this cluster may depend on it",
+            )
+        )
+        return plan
+
+    def _plan_remove_addon(self, spec: AddonSpec, target: Target) -> Action:
+        what = f"eks addon/{spec.name}"
+        live = self._settled_addon(spec, target)
+        if live is None:
+            return Action(what, Verb.NONE, "not installed")
+        tags = live.get("tags") or {}
+        if tags.get(iam.MANAGED_BY_TAG) != iam.MANAGED_BY_VALUE:
+            return Action(what, Verb.NONE, "kept: not created by hpkv")
+        return Action(
+            what,
+            Verb.DELETE,
+            f"delete {live.get('addonVersion')} and the Kubernetes resources it installed",
+            {"addonVersion": live.get("addonVersion"), "status": live.get("status")},
+            None,
+            run=lambda: self._delete_addon(spec, target),
+        )
+
+    def _delete_addon(self, spec: AddonSpec, target: Target) -> None:
+        if eks.describe_addon(self.ctx.aws, target.eks_name, spec.name) is None:
+            return
+        eks.delete_addon(self.ctx.aws, target.eks_name, spec.name)
+        with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} to be deleted"):
+            try:
+                self._wait_addon(spec, target, deleted=True)
+            except eks.AddonWaitFailed as exc:
+                raise addon_failure(exc.addon) from None
+
+    def _plan_remove_role(self, spec: RoleSpec, target: Target) -> Action:
+        given = self.given_role(spec)
+        name = iam.role_name(given) if given else role_name(spec, target.hyperpod_name)
+        what = f"iam role/{name}"
+        if given:
+            return Action(what, Verb.NONE, "kept: given in hpkv.yaml")
+        live = iam.get_role(self.ctx.aws, name)
+        if live is None:
+            return Action(what, Verb.NONE, "already absent")
+        if not iam.is_managed_by_hpkv({"Tags": iam.role_tags(self.ctx.aws, name)}):
+            return Action(what, Verb.NONE, "kept: not created by hpkv")
+        return Action(
+            what,
+            Verb.DELETE,
+            f"delete the {spec.title} (detach policies, delete inline policies)",
+            {"exists": True},
+            None,
+            run=lambda: iam.delete_role(self.ctx.aws, name),
+        )
+
+    def _plan_remove_bucket(self, target: Target) -> Action:
+        bucket = self.tls_bucket(target)
+        what = f"s3 bucket/{bucket}"
+        if s3.bucket_state(self.ctx.aws, bucket) != "present":
+            return Action(what, Verb.NONE, "absent or not ours")
+        tags = s3.bucket_tags(self.ctx.aws, bucket)
+        if tags.get(iam.MANAGED_BY_TAG) != iam.MANAGED_BY_VALUE:
+            return Action(what, Verb.NONE, "kept: not created by hpkv")
+        return Action(
+            what,
+            Verb.DELETE,
+            "empty and delete the TLS certificate bucket",
+            {"exists": True},
+            None,
+            run=lambda: s3.delete_bucket(self.ctx.aws, bucket),
+            destructive=True,
+        )
+
+    def remove(self, plan: Plan) -> ApplyResult:
+        result = self.run_plan(plan)
+        result.notes.extend(n.split("\n", 1)[0] for n in plan.notes)
+        return result
+
+
+def _parse_json(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
