@@ -147,9 +147,10 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import tiered_storage
+    from hpkv.cli import l2, tiered_storage
 
     app.add_typer(tiered_storage.app, name="tiered-storage")
+    app.add_typer(l2.app, name="l2")
 
 
 _register()
