@@ -351,7 +351,7 @@ def test_remove_deletes_the_policy_and_unwires_the_pods(cluster: dict[str, Any])
             "stage": "l2",
             "name": "l2 team-a/demo",
             "state": "ok",
-            "evidence": "2 pod(s), none wired to the L2: the operator's rendering is back",
+            "evidence": "no pod is wired to the L2: the operator's rendering is back",
             "remediation": "",
         }
     ]
@@ -690,3 +690,25 @@ def test_unknown_endpoint_is_one_line_naming_the_known_ones(cluster: dict[str, A
     bad = cluster["scenario"].hpkv("l2", "apply", "--mode", "sideways")
     assert bad.exit_code == 2
     assert "policy or patch" in bad.stderr
+
+
+def test_remove_patch_only_while_the_policy_keeps_the_pods_wired(cluster: dict[str, Any]) -> None:
+    scenario, kube = cluster["scenario"], cluster["kube"]
+    operator_controller(kube, replicas=1)
+    with DeploymentPlayer(kube, [(NS, EP)], cluster["nodes"]):
+        assert scenario.hpkv("l2", "apply", "--mode", "patch", "--yes").exit_code == 0
+        both = scenario.hpkv("l2", "apply", "--yes")
+        assert both.exit_code == 0, both
+        assert "also carries a --mode patch" in both.stdout
+        removed = scenario.hpkv("l2", "remove", "--mode", "patch", "--yes", "-o", "json")
+        assert removed.exit_code == 0, removed
+        [confirm] = json.loads(removed.stdout)["results"][0]["checks"]
+        assert confirm["state"] == "ok"
+        assert "the admission policy keeps wiring the pods" in confirm["evidence"]
+        code, checks = _status(scenario)
+    assert "curvine" not in json.dumps(_deployment(kube)["spec"]["template"])
+    assert code == 0, checks
+    assert "also carries" not in checks["l2 team-a/demo"]["evidence"]
+    for pod in list_pods(kube, NS, EP):
+        _assert_wired(pod)  # by the policy now
+    assert _replicas(kube, OPERATOR_NS, OPERATOR) == 1

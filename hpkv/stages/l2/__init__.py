@@ -23,6 +23,10 @@ pod can be scheduled, else pod by pod (when replicas use every free GPU, surge p
 Mode ``patch`` automates the published procedure instead (pause the operator, scale the model to 0,
 one JSON patch, scale up, wait Ready, restore the operator), restoring the operator whatever
 happens; ``status`` warns that the next re-render undoes it.
+
+Layout: :mod:`hpkv.stages.l2.wiring` (the wiring as data: policies, JSON patch),
+:mod:`hpkv.stages.l2.pods` (reading pods: findings, cache-key parts, restart strategy); this module
+holds the stage. Other commands use :meth:`L2Stage.reports` / :meth:`L2Stage.status`.
 """
 
 from __future__ import annotations
@@ -254,7 +258,7 @@ class L2Stage(Stage):
         super().__init__(ctx)
         self._served: dict[str, bool] = {}
         self._planned: list[EndpointRef] = []
-        self._probe_enabled: bool | None = None
+        self._remove_mode: str | None = None
 
     # --- configuration -------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -735,10 +739,6 @@ class L2Stage(Stage):
                 "upgrade, deleted Deployment); --mode policy is not"
             )
             return plan
-        for ref in refs:
-            state = self.patch_state(ref)
-            if state is not None:
-                plan.add(self._plan_restore(ref, state))
         mechanism = self._plan_mechanism(plan, install_kyverno)
         failure_policy = self.config()["failurePolicy"]
         for ref in refs:
@@ -753,6 +753,9 @@ class L2Stage(Stage):
                 other = (ADMISSION_API, BINDING_KIND)
             for obj in desired:
                 plan.add(self._plan_object(obj, ref))
+            state = self.patch_state(ref)
+            if state is not None:  # scaled back up once the policy wires the new pods
+                plan.add(self._plan_restore(ref, state, expect=wiring.fingerprint(ref)))
             for api_version, kind in [other] + (
                 [(ADMISSION_API, POLICY_KIND)] if mechanism == "kyverno" else []
             ):
@@ -761,6 +764,11 @@ class L2Stage(Stage):
                         self._plan_delete(api_version, kind, ref, "replaced by the " + mechanism)
                     )
             plan.add(self._plan_restart(ref, wiring, restart, expect=wiring.fingerprint(ref)))
+            if self._template_patched(ref, wiring):
+                plan.notes.append(
+                    f"Deployment {ref} also carries a --mode patch (harmless with the policy); "
+                    f"'hpkv l2 remove --mode patch --endpoint {ref}' reverts it"
+                )
         return plan
 
     def _require_pvc(self, ref: EndpointRef, wiring: Wiring) -> None:
@@ -1081,7 +1089,11 @@ class L2Stage(Stage):
     def _operator(self) -> dict[str, Any] | None:
         return self._read_deployment(topology.OPERATOR_NAMESPACE, topology.OPERATOR_DEPLOYMENT)
 
-    def _plan_patch(self, ref: EndpointRef, wiring: Wiring, *, revert: bool) -> Action:
+    def _plan_patch(
+        self, ref: EndpointRef, wiring: Wiring, *, revert: bool, policy_stays: bool = False
+    ) -> Action:
+        """``--mode patch`` (or its revert) for one endpoint; ``policy_stays``: an admission
+        policy keeps wiring the pods re-created by a revert."""
         deployment = self.deployment(ref)
         target = f"Deployment/{ref.namespace}/{ref.name}"
         state = self.patch_state(ref)
@@ -1119,6 +1131,7 @@ class L2Stage(Stage):
             vllm_container_index(template["spec"]["containers"], ref.name)
         ]
         ops = patch_operations(deployment, wiring, ref, revert=revert)
+        expect = wiring.fingerprint(ref) if not revert or policy_stays else None
         return Action(
             target,
             Verb.UPDATE,
@@ -1128,7 +1141,9 @@ class L2Stage(Stage):
                 "volumeMounts": container.get("volumeMounts") or [],
             },
             after={"env": ops[2]["value"], "volumeMounts": ops[3]["value"]},
-            run=lambda: self._patch_procedure(ref, wiring, revert=revert, patch=not done),
+            run=lambda: self._patch_procedure(
+                ref, wiring, revert=revert, patch=not done, expect=expect
+            ),
         )
 
     def _scale(self, namespace: str, name: str, replicas: int) -> None:
@@ -1194,7 +1209,7 @@ class L2Stage(Stage):
             self._wait_for("the operator to stop", stopped)
 
     def _patch_procedure(
-        self, ref: EndpointRef, wiring: Wiring, *, revert: bool, patch: bool
+        self, ref: EndpointRef, wiring: Wiring, *, revert: bool, patch: bool, expect: str | None
     ) -> None:
         """The published procedure, restoring the operator (and the model) whatever happens."""
         state = self.patch_state(ref) or {}
@@ -1215,7 +1230,6 @@ class L2Stage(Stage):
         if operator_replicas is not None:
             record["operatorReplicas"] = str(operator_replicas)
         self._save_state(ref, record)
-        expect = None if revert else wiring.fingerprint(ref)
         failure: BaseException | None = None
         with _termination_interrupts():
             try:
@@ -1233,6 +1247,7 @@ class L2Stage(Stage):
                     self._json_patch(
                         ref, patch_operations(current, wiring, ref, revert=revert), dry_run=False
                     )
+                    self._wait_admission(ref, expect)  # a just-deleted policy may still act
                 self.ctx.reporter.step(f"scaling {ref} back to {model_replicas}")
                 self._scale(ref.namespace, ref.name, model_replicas)
                 if self.ctx.options.wait is not False and model_replicas > 0:
@@ -1293,10 +1308,20 @@ class L2Stage(Stage):
                 + f", or rerun 'hpkv l2 apply --mode patch --endpoint {ref}'",
             ) from failure
 
-    def _plan_restore(self, ref: EndpointRef, state: dict[str, str]) -> Action:
-        """An interrupted ``--mode patch`` run left the operator paused: put it back first."""
+    def _plan_restore(
+        self, ref: EndpointRef, state: dict[str, str], *, expect: str | None
+    ) -> Action:
+        """An interrupted ``--mode patch`` run left the operator paused: put it back."""
         n = state.get("operatorReplicas")
         m = state.get("modelReplicas", "1")
+
+        def run() -> None:
+            try:  # pods created by the scale-up should get the wiring planned with it
+                self._wait_admission(ref, expect)
+            except HpkvError as exc:
+                self.ctx.reporter.warn(f"restoring anyway: {exc.message}")
+            self._restore(ref, int(n) if n is not None else None, int(m), None)
+
         return Action(
             f"ConfigMap/{ref.namespace}/{self._state_name(ref)}",
             Verb.UPDATE,
@@ -1304,7 +1329,7 @@ class L2Stage(Stage):
             f"to {n} replica(s)",
             before=state,
             after=None,
-            run=lambda: self._restore(ref, int(n) if n is not None else None, int(m), None),
+            run=run,
         )
 
     # --- apply / remove ------------------------------------------------------------------------
@@ -1358,15 +1383,19 @@ class L2Stage(Stage):
         if mode is not None:
             self._mode(mode)
         restart = self._restart_choice(restart)
+        self._remove_mode = mode
         plan = Plan(stage=self.name)
         refs = self._planned = self.endpoints(endpoints)
         wiring = self.wiring()
         for ref in refs:
             state = self.patch_state(ref)
-            if state is not None:
-                plan.add(self._plan_restore(ref, state))
             objs = self.policy_objects(ref)
-            revert = self._plan_patch(ref, wiring, revert=True) if mode in (None, "patch") else None
+            stays = mode == "patch" and any(o is not None for o in objs.values())
+            revert = (
+                self._plan_patch(ref, wiring, revert=True, policy_stays=stays)
+                if mode in (None, "patch")
+                else None
+            )
             keeps_patch = mode == "policy" and self._template_patched(ref, wiring)
             if mode in (None, "policy"):
                 for kind, api_version in (
@@ -1376,11 +1405,13 @@ class L2Stage(Stage):
                 ):
                     if objs[kind] is not None:
                         plan.add(self._plan_delete(api_version, kind, ref, "stop wiring new pods"))
-            if revert is not None:
-                plan.add(revert)
-            if revert is None or not revert.changes:
-                expect = wiring.fingerprint(ref) if keeps_patch else None
-                plan.add(self._plan_restart(ref, wiring, restart, expect=expect))
+            expect = wiring.fingerprint(ref) if keeps_patch or stays else None
+            if revert is not None and revert.changes:
+                plan.add(revert)  # it also finishes an interrupted run
+                continue
+            if state is not None:
+                plan.add(self._plan_restore(ref, state, expect=expect))
+            plan.add(self._plan_restart(ref, wiring, restart, expect=expect))
         plan.notes.append(
             f"the cached KV data under {wiring.mount_path} on the Curvine PVC is kept"
         )
@@ -1396,28 +1427,37 @@ class L2Stage(Stage):
 
     def remove(self, plan: Plan) -> ApplyResult:
         result = self.run_plan(plan)
-        wiring = self.wiring()
-        for ref in self._planned:
-            pods = [inspect_pod(p, ref.name, wiring) for p in self.pods(ref)]
-            wired = [p.name for p in pods if p.wired(wiring)]
-            patched = self._template_patched(ref, wiring)
-            if not wired:
-                result.checks.append(
-                    self.check(
-                        f"l2 {ref}",
-                        CheckState.OK,
-                        f"{len(pods)} pod(s), none wired to the L2: the operator's rendering is back",
-                    )
-                )
-                continue
-            why = "the Deployment still carries --mode patch" if patched else "not re-created yet"
-            result.checks.append(
-                self.check(
-                    f"l2 {ref}",
-                    CheckState.WARN,
-                    f"{len(wired)} pod(s) still wired ({why}): {', '.join(wired[:10])}",
-                    f"rerun 'hpkv l2 remove --endpoint {ref}'"
-                    + (" (add --mode patch to revert the patch)" if patched else ""),
-                )
-            )
+        result.checks = [self._removed_check(ref) for ref in self._planned]
         return result
+
+    def _removed_check(self, ref: EndpointRef) -> Check:
+        """Confirm the removal: nothing wired any more (or just the part that was removed)."""
+        wiring = self.wiring()
+        name = f"l2 {ref}"
+        patched = self._template_patched(ref, wiring)
+        policy = any(o is not None for o in self.policy_objects(ref).values())
+        pods = [inspect_pod(p, ref.name, wiring) for p in self.pods(ref)]
+        wired = [p.name for p in pods if p.wired(wiring)]
+        if self._remove_mode == "patch" and not patched:
+            kept = "; the admission policy keeps wiring the pods" if policy else ""
+            return self.check(name, CheckState.OK, f"the Deployment carries no --mode patch{kept}")
+        if self._remove_mode == "policy" and not policy and patched:
+            return self.check(
+                name, CheckState.OK, "the policy is gone; the Deployment still carries --mode patch"
+            )
+        if not (wired or patched or policy):
+            return self.check(
+                name, CheckState.OK, "no pod is wired to the L2: the operator's rendering is back"
+            )
+        left = [
+            what
+            for what, present in (("the policy", policy), ("the --mode patch", patched))
+            if present
+        ]
+        return self.check(
+            name,
+            CheckState.WARN,
+            f"still wired: {', '.join(left) or 'no policy or patch'}; wired pods: "
+            f"{', '.join(wired[:10]) or 'none'}",
+            f"rerun 'hpkv l2 remove --endpoint {ref}'",
+        )
