@@ -17,7 +17,6 @@ debugging proxy.
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.parse
@@ -25,7 +24,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpkv.errors import ApiError, ConnectionFailed, UsageError
+from hpkv.errors import ApiError, ConnectionFailed
+from hpkv.kube.incluster import routes_from_env
 
 if TYPE_CHECKING:
     from hpkv.kube import KubeClients
@@ -44,24 +44,8 @@ class ExecResult:
         return self.rc == 0
 
 
-def _routes() -> dict[str, str]:
-    raw = os.environ.get(ROUTES_ENV)
-    if not raw:
-        return {}
-    try:
-        routes = json.loads(raw)
-    except ValueError:
-        raise UsageError(
-            f"{ROUTES_ENV} is not valid JSON",
-            fix='set it to e.g. {"team-a/*": "http://127.0.0.1:8099"}',
-        ) from None
-    if not isinstance(routes, dict):
-        raise UsageError(f"{ROUTES_ENV} must be a JSON object", fix="map '<ns>/<pod>' to base URLs")
-    return {str(k): str(v) for k, v in routes.items()}
-
-
 def _route(namespace: str, pod: str) -> str | None:
-    routes = _routes()
+    routes = routes_from_env(ROUTES_ENV, '{"team-a/*": "http://127.0.0.1:8099"}')
     return routes.get(f"{namespace}/{pod}") or routes.get(f"{namespace}/*")
 
 

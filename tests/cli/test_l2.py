@@ -385,7 +385,14 @@ def test_patch_mode_patches_once_restores_the_operator_and_reverts(cluster: dict
         patch = f"patch deployments {NS}/{EP} -> 200"
         ordered = [w for w in writes if w in (operator_scale, model_scale, patch)]
         # a server-side dry run of the patch first, then the published procedure
-        assert ordered == [patch, operator_scale, model_scale, patch, model_scale, operator_scale]
+        assert ordered == [
+            patch,
+            operator_scale,
+            model_scale,
+            patch,
+            model_scale,
+            operator_scale,
+        ], "\n".join(writes)
         assert _replicas(kube, OPERATOR_NS, OPERATOR) == 2
         assert _replicas(kube, NS, EP) == 2
         assert _state_configmap(kube) is None

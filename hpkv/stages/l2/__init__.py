@@ -219,6 +219,10 @@ def _interrupts_deferred(on_signal: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _op_value(ops: list[dict[str, Any]], suffix: str) -> Any:
+    return next(o["value"] for o in ops if o["op"] == "add" and o["path"].endswith(suffix))
+
+
 # --- the stage ----------------------------------------------------------------------------------
 @dataclass
 class EndpointReport:
@@ -502,7 +506,8 @@ class L2Stage(Stage):
         return self.check(
             f"operator {ref}",
             CheckState.FAIL,
-            f"an interrupted 'hpkv l2 apply --mode patch' left state for {ref}: operator "
+            f"a 'hpkv l2 apply --mode patch' run (interrupted, or still running) left state "
+            f"for {ref}: operator "
             f"{topology.OPERATOR_NAMESPACE}/{topology.OPERATOR_DEPLOYMENT} to be restored to "
             f"{replicas} replica(s), model to {state.get('modelReplicas', '?')}",
             f"rerun 'hpkv l2 apply --mode patch --endpoint {ref}' (it restores both), or "
@@ -1060,7 +1065,7 @@ class L2Stage(Stage):
             evicted = True
             return True, ""
 
-        self._wait_for(f"evicting {namespace}/{name}", attempt)
+        self._wait_for(f"the eviction of {namespace}/{name}", attempt)
         return evicted
 
     def _wait_for(
@@ -1140,7 +1145,10 @@ class L2Stage(Stage):
                 "env": container.get("env") or [],
                 "volumeMounts": container.get("volumeMounts") or [],
             },
-            after={"env": ops[2]["value"], "volumeMounts": ops[3]["value"]},
+            after={
+                "env": _op_value(ops, "/env"),
+                "volumeMounts": _op_value(ops, "/volumeMounts"),
+            },
             run=lambda: self._patch_procedure(
                 ref, wiring, revert=revert, patch=not done, expect=expect
             ),
@@ -1157,22 +1165,15 @@ class L2Stage(Stage):
     def _json_patch(self, ref: EndpointRef, ops: list[dict[str, Any]], *, dry_run: bool) -> None:
         from hpkv.kube import kube_errors
 
-        what = f"{'dry-run ' if dry_run else ''}JSON-patch Deployment {ref}"
-        with kube_errors(what):
-            self.ctx.kube.api_client.call_api(
-                *self.ctx.kube.api_client.param_serialize(
-                    method="PATCH",
-                    resource_path=f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/{ref.name}",
-                    query_params=[("fieldManager", "hpkv")]
-                    + ([("dryRun", "All")] if dry_run else []),
-                    header_params={
-                        "Content-Type": "application/json-patch+json",
-                        "Accept": "application/json",
-                    },
-                    body=ops,
-                    auth_settings=["BearerToken"],
-                )
-            ).read()
+        with kube_errors(f"{'dry-run ' if dry_run else ''}JSON-patch Deployment {ref}"):
+            self.ctx.kube.apps.patch_namespaced_deployment(
+                ref.name,
+                ref.namespace,
+                ops,
+                dry_run="All" if dry_run else None,
+                field_manager="hpkv",
+                _content_type="application/json-patch+json",
+            )
 
     def _save_state(self, ref: EndpointRef, data: dict[str, str]) -> None:
         from hpkv.kube import objects

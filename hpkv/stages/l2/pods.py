@@ -286,7 +286,7 @@ def pod_findings(
         findings.append(
             Finding(
                 CheckState.WARN,
-                "stale: created before the current wiring policy"
+                "stale: created before the current wiring"
                 + (f" (wiring {pod.fingerprint})" if pod.fingerprint else ""),
                 apply_fix,
             )

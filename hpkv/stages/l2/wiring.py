@@ -335,10 +335,12 @@ def kyverno_manifest(ref: EndpointRef, wiring: Wiring, failure_policy: str) -> d
 def patch_operations(
     deployment: dict[str, Any], wiring: Wiring, ref: EndpointRef, *, revert: bool = False
 ) -> list[dict[str, Any]]:
-    """The one JSON patch of ``--mode patch`` (or its reverse), guarded by ``test`` operations.
+    """The one JSON patch of ``--mode patch`` (or its reverse).
 
-    Whole lists are replaced so the result has each wired env entry exactly once, whatever the
-    template held; the replaced entries are kept in an annotation so ``remove`` restores them.
+    The env, mount and volume lists are replaced whole, so each wired env entry ends up exactly
+    once whatever the template held; ``test`` operations on the lists as read make the patch fail
+    if the operator re-rendered meanwhile (status updates do not interfere). The replaced entries
+    are kept in an annotation so ``remove`` restores them.
     """
     meta = deployment.get("metadata") or {}
     template = (deployment.get("spec") or {}).get("template") or {}
@@ -354,30 +356,54 @@ def patch_operations(
         if m.get("name") != wiring.volume_name and m.get("mountPath") != wiring.mount_path
     ]
     volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != wiring.volume_name]
-    annotations = dict(meta.get("annotations") or {})
-    template_annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+    ops: list[dict[str, Any]] = [{"op": "test", "path": f"{base}/name", "value": container["name"]}]
+    for path, value in (
+        (f"{base}/env", container.get("env")),
+        (f"{base}/volumeMounts", container.get("volumeMounts")),
+        ("/spec/template/spec/volumes", pod_spec.get("volumes")),
+    ):
+        if value is not None:
+            ops.append({"op": "test", "path": path, "value": value})
+    annotations = meta.get("annotations") or {}
+    template_annotations = (template.get("metadata") or {}).get("annotations") or {}
     if revert:
         try:
-            original = json.loads(annotations.pop(PATCH_ORIGINAL_ANNOTATION, "[]"))
+            original = json.loads(annotations.get(PATCH_ORIGINAL_ANNOTATION) or "[]")
         except ValueError:
             original = []
         new_env = [e for e in env if e.get("name") not in WIRED_ENV_NAMES] + list(original)
-        template_annotations.pop(WIRING_ANNOTATION, None)
     else:
         new_env = wired_env(env, wiring)
         mounts.append(wiring.mount())
         volumes.append(wiring.volume())
-        template_annotations[WIRING_ANNOTATION] = wiring.fingerprint(ref)
-        annotations.setdefault(
-            PATCH_ORIGINAL_ANNOTATION,
-            json.dumps([e for e in env if e.get("name") in WIRED_ENV_NAMES]),
-        )
-    return [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
-        {"op": "test", "path": f"{base}/name", "value": container.get("name")},
+    ops += [
         {"op": "add", "path": f"{base}/env", "value": new_env},
         {"op": "add", "path": f"{base}/volumeMounts", "value": mounts},
         {"op": "add", "path": "/spec/template/spec/volumes", "value": volumes},
-        {"op": "add", "path": "/spec/template/metadata/annotations", "value": template_annotations},
-        {"op": "add", "path": "/metadata/annotations", "value": annotations},
     ]
+    original_env = [e for e in env if e.get("name") in WIRED_ENV_NAMES]
+    ops += _annotation_ops(
+        "/metadata/annotations",
+        annotations,
+        PATCH_ORIGINAL_ANNOTATION,
+        None if revert else annotations.get(PATCH_ORIGINAL_ANNOTATION, json.dumps(original_env)),
+    )
+    ops += _annotation_ops(
+        "/spec/template/metadata/annotations",
+        template_annotations,
+        WIRING_ANNOTATION,
+        None if revert else wiring.fingerprint(ref),
+    )
+    return ops
+
+
+def _annotation_ops(
+    path: str, current: dict[str, str], key: str, value: str | None
+) -> list[dict[str, Any]]:
+    """Set (or, for None, remove) one annotation without rewriting the others."""
+    escaped = key.replace("~", "~0").replace("/", "~1")
+    if value is None:
+        return [{"op": "remove", "path": f"{path}/{escaped}"}] if key in current else []
+    if not current:
+        return [{"op": "add", "path": path, "value": {key: value}}]
+    return [{"op": "add", "path": f"{path}/{escaped}", "value": value}]
