@@ -49,6 +49,29 @@ def _route(namespace: str, pod: str) -> str | None:
     return routes.get(f"{namespace}/{pod}") or routes.get(f"{namespace}/*")
 
 
+def _exit_status(text: str, pod: str) -> int:
+    """The command's exit status from the exec error channel (a Status object).
+
+    A failure without an exit code (no kubelet connection, container gone) raises instead.
+    """
+    try:
+        status = json.loads(text) if text else {}
+    except ValueError:
+        status = {"message": text}
+    if not status or status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                break
+    raise ConnectionFailed(
+        f"exec into pod {pod} failed: {status.get('message') or text}",
+        fix="check that the pod is Running and its node's kubelet is reachable from the API server",
+    )
+
+
 class PodIO:
     """Exec into containers and read their logs, through the API server or the test seam."""
 
@@ -87,6 +110,7 @@ class PodIO:
     ) -> ExecResult:
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
 
         from hpkv.kube import kube_errors
 
@@ -126,10 +150,10 @@ class PodIO:
                         f"exec into pod {namespace}/{pod} did not finish within {int(limit)}s",
                         fix="check the pod's health (a hung FUSE mount blocks file access)",
                     )
-                rc = response.returncode
+                rc = _exit_status(response.read_channel(ERROR_CHANNEL), f"{namespace}/{pod}")
             finally:
                 response.close()
-        return ExecResult(int(rc if rc is not None else 1), "".join(stdout), "".join(stderr))
+        return ExecResult(rc, "".join(stdout), "".join(stderr))
 
     # --- logs ----------------------------------------------------------------------------------
     def logs(

@@ -719,3 +719,20 @@ def test_remove_patch_only_while_the_policy_keeps_the_pods_wired(cluster: dict[s
     for pod in list_pods(kube, NS, EP):
         _assert_wired(pod)  # by the policy now
     assert _replicas(kube, OPERATOR_NS, OPERATOR) == 1
+
+
+def test_probe_through_the_api_server_without_a_kubelet_is_unknown(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real exec/log path (no seam): the test cluster has no kubelet to upgrade to."""
+    monkeypatch.delenv("HPKV_POD_ROUTES")
+    kube = cluster["kube"]
+    create_pod(kube, _deployment(kube), node=cluster["nodes"][0], mutate=_hand_wired())
+    code, checks = _status(cluster["scenario"])
+    assert code == 3
+    [pod] = _pod_checks(checks)
+    assert pod["state"] == "unknown"
+    assert "probe not run: exec into pod team-a/" in pod["evidence"]
+    assert "unable to upgrade connection" in pod["evidence"]
+    assert "logs not read" in pod["evidence"]
+    assert "--no-probe" in pod["remediation"]

@@ -291,12 +291,16 @@ def pod_findings(
                 apply_fix,
             )
         )
+    unreachable = "check that you may create pods/exec and read pods/log and that the node's "
+    unreachable += "kubelet is reachable, or skip with --no-probe"
     if pod.probe is not None and pod.probe is not CheckState.OK:
         findings.append(
             Finding(
                 pod.probe,
                 pod.probe_evidence,
-                "check the Curvine FUSE mount on the pod's node ('hpkv curvine status')",
+                unreachable
+                if pod.probe is CheckState.UNKNOWN
+                else "check the Curvine FUSE mount on the pod's node ('hpkv curvine status')",
             )
         )
     if pod.log_state is not None and pod.log_state is not CheckState.OK:
@@ -304,7 +308,10 @@ def pod_findings(
             Finding(
                 pod.log_state,
                 pod.log_evidence,
-                "read the vLLM container log; fix LMCache's start-up error, then re-create the pod",
+                unreachable
+                if pod.log_state is CheckState.UNKNOWN
+                else "read the vLLM container log; fix LMCache's start-up error, then re-create "
+                "the pod",
             )
         )
     findings.sort(key=lambda f: -f.state.severity)
