@@ -98,6 +98,10 @@ def test_apply_wires_pods_at_admission_and_survives_a_rerender(cluster: dict[str
 
     with DeploymentPlayer(kube, [(NS, EP)], cluster["nodes"]) as player:
         mark = scenario.mark()
+        dry = scenario.hpkv("l2", "apply", "--dry-run")
+        assert dry.exit_code == 0, dry
+        assert "re-create 2 stale pod(s)" in dry.stdout
+        assert scenario.writes_since(mark) == []  # planning only reads
         result = scenario.hpkv("l2", "apply", "--yes")
         assert result.exit_code == 0, result
         assert player.error is None
