@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -n -o "
+    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --endpoint --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --restart --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -e -n -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -12,6 +12,7 @@ _hpkv_completion() {
         case "$cmdpath|$word" in
             "|curvine") cmdpath="curvine" ;;
             "|endpoint") cmdpath="endpoint" ;;
+            "|l2") cmdpath="l2" ;;
             "|operator") cmdpath="operator" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
@@ -23,6 +24,9 @@ _hpkv_completion() {
             "endpoint|deploy") cmdpath="endpoint deploy" ;;
             "endpoint|list") cmdpath="endpoint list" ;;
             "endpoint|status") cmdpath="endpoint status" ;;
+            "l2|apply") cmdpath="l2 apply" ;;
+            "l2|remove") cmdpath="l2 remove" ;;
+            "l2|status") cmdpath="l2 status" ;;
             "operator|apply") cmdpath="operator apply" ;;
             "operator|remove") cmdpath="operator remove" ;;
             "operator|status") cmdpath="operator status" ;;
@@ -41,7 +45,7 @@ _hpkv_completion() {
     esac
     local words
     case "$cmdpath" in
-        "") words="curvine endpoint operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="curvine endpoint l2 operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
@@ -51,6 +55,10 @@ _hpkv_completion() {
         "endpoint deploy") words="--cluster --config --context --debug --dry-run --help --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --l1 --l2 --max-model-len --model-name --model-source --namespace --no-l1 --no-l2 --no-routing --no-wait --output --profile --region --replicas --routing --routing-strategy --template --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint list") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "l2") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "l2 apply") words="--cluster --config --context --debug --dry-run --endpoint --help --install-kyverno --kubeconfig --mode --no-wait --output --profile --region --restart --timeout --verbose --version --wait --yes -e -h -o -v -y" ;;
+        "l2 remove") words="--cluster --config --context --debug --dry-run --endpoint --help --kubeconfig --mode --no-wait --output --profile --region --restart --timeout --verbose --version --wait --yes -e -h -o -v -y" ;;
+        "l2 status") words="--cluster --config --context --debug --dry-run --endpoint --help --kubeconfig --no-probe --no-wait --output --probe --profile --region --timeout --verbose --version --wait --yes -e -h -o -v -y" ;;
         "operator") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "operator apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "operator remove") words="--cluster --config --context --debug --delete-iam --dry-run --force --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

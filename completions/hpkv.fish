@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -n -o
+    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --endpoint --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --restart --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -e -n -o
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -20,6 +20,8 @@ function __hpkv_path
                 set cmdpath 'curvine'
             case '|endpoint'
                 set cmdpath 'endpoint'
+            case '|l2'
+                set cmdpath 'l2'
             case '|operator'
                 set cmdpath 'operator'
             case '|plan'
@@ -42,6 +44,12 @@ function __hpkv_path
                 set cmdpath 'endpoint list'
             case 'endpoint|status'
                 set cmdpath 'endpoint status'
+            case 'l2|apply'
+                set cmdpath 'l2 apply'
+            case 'l2|remove'
+                set cmdpath 'l2 remove'
+            case 'l2|status'
+                set cmdpath 'l2 status'
             case 'operator|apply'
                 set cmdpath 'operator apply'
             case 'operator|remove'
@@ -62,6 +70,7 @@ end
 complete -c hpkv -f
 complete -c hpkv -n "test (__hpkv_path) = ''" -a curvine -d "Stage 3: the EBS CSI driver and Curvine, the shared NVMe cache (L2), v"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a endpoint -d "Inference endpoints: InferenceEndpointConfigs the HyperPod Inference O"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a l2 -d "Stage 4: wire inference pods to the Curvine L2 (LMCache fs connector),"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a operator -d "Stage 2: the HyperPod Inference Operator EKS add-on, its dependency ad"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
@@ -251,6 +260,82 @@ complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l verbose -s v -d 
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a apply -d "Wire the endpoints pods to the L2, then re-create pods created before "
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a remove -d "Delete the policy (or revert the patch), re-create the pods, confirm t"
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a status -d "Per endpoint and pod: env, mount, PVC, probe, replica consistency, sta"
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l endpoint -s e -r -d "InferenceEndpointConfig NAME or NAMESPACE/NAME (repeatable; default: a"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l mode -r -d "policy: mutate pods at admission (survives operator re-renders); patch"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l restart -r -d "How pods are re-created: auto picks pod-by-pod when no GPU is free for"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l install-kyverno -d "Where MutatingAdmissionPolicy is not served and Kyverno is absent, ins"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 apply'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l endpoint -s e -r -d "InferenceEndpointConfig NAME or NAMESPACE/NAME (repeatable; default: a"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l mode -r -d "Remove only the admission policy or only the Deployment patch (default"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l restart -r -d "How pods are re-created: auto picks pod-by-pod when no GPU is free for"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 remove'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l endpoint -s e -r -d "InferenceEndpointConfig NAME or NAMESPACE/NAME (repeatable; default: a"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l no-probe -l probe -d "Exec a write/read probe in each pods mount and scan LMCaches start-up "
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'l2 status'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'operator'" -a apply -d "Create or converge the OIDC provider, IAM roles, TLS bucket and add-on"
 complete -c hpkv -n "test (__hpkv_path) = 'operator'" -a remove -d "Delete the add-ons hpkv created, in reverse order, after confirmation."
 complete -c hpkv -n "test (__hpkv_path) = 'operator'" -a status -d "Show the OIDC provider, IAM roles, add-ons (health issues) and the ope"

@@ -33,6 +33,7 @@ SECTION_MODULES: dict[str, str] = {
     "sizing": "hpkv.sizing",
     "curvine": "hpkv.stages.curvine",
     "operator": "hpkv.stages.operator",
+    "l2": "hpkv.stages.l2",
 }
 
 _REGION = r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$"

@@ -34,20 +34,24 @@ class HttpResponse:
         return json.loads(self.text)
 
 
-def _routes() -> dict[str, str]:
-    raw = os.environ.get(ROUTES_ENV)
+def routes_from_env(variable: str, example: str) -> dict[str, str]:
+    """A JSON object of target key -> base URL from an environment variable ({} when unset)."""
+    raw = os.environ.get(variable)
     if not raw:
         return {}
     try:
         routes = json.loads(raw)
     except ValueError:
-        raise UsageError(
-            f"{ROUTES_ENV} is not valid JSON",
-            fix='set it to e.g. {"curvine/services/curvine-master:9000": "http://127.0.0.1:9000"}',
-        ) from None
+        raise UsageError(f"{variable} is not valid JSON", fix=f"set it to e.g. {example}") from None
     if not isinstance(routes, dict):
-        raise UsageError(f"{ROUTES_ENV} must be a JSON object", fix="map target keys to base URLs")
+        raise UsageError(f"{variable} must be a JSON object", fix="map target keys to base URLs")
     return {str(k): str(v) for k, v in routes.items()}
+
+
+def _routes() -> dict[str, str]:
+    return routes_from_env(
+        ROUTES_ENV, '{"curvine/services/curvine-master:9000": "http://127.0.0.1:9000"}'
+    )
 
 
 class InClusterHttp:

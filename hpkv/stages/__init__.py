@@ -17,6 +17,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("tiered-storage", "hpkv.stages.tiered_storage", "TieredStorageStage"),
     ("operator", "hpkv.stages.operator", "OperatorStage"),
     ("curvine", "hpkv.stages.curvine", "CurvineStage"),
+    ("l2", "hpkv.stages.l2", "L2Stage"),
 ]
 
 
