@@ -147,9 +147,10 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import tiered_storage
+    from hpkv.cli import bench, tiered_storage
 
     app.add_typer(tiered_storage.app, name="tiered-storage")
+    app.add_typer(bench.app, name="bench")
 
 
 _register()

@@ -30,6 +30,7 @@ GLOBAL_KEYS: dict[str, str] = {
 # Section name in hpkv.yaml -> module that owns it.
 SECTION_MODULES: dict[str, str] = {
     "tieredStorage": "hpkv.stages.tiered_storage",
+    "bench": "hpkv.bench",
 }
 
 _REGION = r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$"
