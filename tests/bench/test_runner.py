@@ -26,7 +26,7 @@ RUNNER = Path(runner.__file__)
 
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(pods=2, costs=MEASURED_COSTS).start()
+    fake = FakeCluster(pods=2, costs=MEASURED_COSTS, process=True).start()
     yield fake
     fake.stop()
 
@@ -165,11 +165,13 @@ def test_shared_prefix_and_multi_turn_match_the_server_truth(cluster: FakeCluste
 
 
 def _assert_matches_server(records: list[dict[str, Any]], truth: dict[str, Any]) -> None:
-    """Client TTFTs agree with the server's own clock: the median error within 2 ms (client and
-    server share this process and a loaded 2-core machine, so single requests may stray)."""
-    errors = sorted(abs(r["ttftMs"] - truth[r["id"]].ttft_true_ms) for r in records)
-    assert errors[len(errors) // 2] <= 2.0, errors
-    assert errors[-1] <= 25.0, errors
+    """Client TTFTs under concurrency agree with the server's own clock. The bound is loose: on
+    this shared 2-core machine a waking process can wait a few ms for a CPU (the serial
+    cross-pod tests hold the 2 ms bound; benchmarks/ measures the client's own overhead)."""
+    errors = sorted(r["ttftMs"] - truth[r["id"]].ttft_true_ms for r in records)
+    assert errors[0] > -0.5, errors  # never earlier than the server wrote the token
+    assert errors[len(errors) // 2] <= 5.0, errors
+    assert errors[-1] <= 50.0, errors
 
 
 def test_chat_api_times_the_first_content_token_not_the_role_chunk(cluster: FakeCluster) -> None:

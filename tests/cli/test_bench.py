@@ -74,6 +74,8 @@ def played(
     endpoint = play_endpoint(scenario.kube, shared_dir, logs, costs=MEASURED_COSTS, **options)
     monkeypatch.setenv("HPKV_INCLUSTER_ROUTES", json.dumps(endpoint.routes))
     monkeypatch.setenv("HPKV_POD_LOGS_DIR", str(logs))
+    # hpkv polls the Job while the runner measures: keep that (and the API server) quiet.
+    monkeypatch.setenv("HPKV_POLL_INTERVAL", "0.5")
     yield endpoint
     endpoint.cluster.stop()
 
@@ -84,6 +86,29 @@ def player(scenario: Scenario, endpoint: PlayedEndpoint, **kwargs: Any) -> JobPl
         f"127.0.0.1:{endpoint.cluster.router_port}",
     )
     return JobPlayer(scenario.kube, endpoint.log_dir, router=router, **kwargs)
+
+
+def run_in_cluster(
+    scenario: Scenario, endpoint: PlayedEndpoint, *args: str, **player_options: Any
+) -> tuple[dict[str, Any], JobPlayer, dict[str, str]]:
+    """`hpkv bench run --endpoint demo ARGS --yes -o json` with the Job controller and kubelet
+    played; the result document and the player (what it saw)."""
+    with player(scenario, endpoint, **player_options) as kubelet:
+        result = scenario.hpkv(
+            "bench",
+            "run",
+            "--endpoint",
+            "demo",
+            *args,
+            "--yes",
+            "-o",
+            "json",
+            "--results-dir",
+            str(scenario.workdir / "out"),
+        )
+    assert not kubelet.errors, kubelet.errors
+    assert result.exit_code == 0, result
+    return load_result(result.stdout), kubelet, json.loads(result.stdout)["files"]
 
 
 def load_result(stdout: str) -> dict[str, Any]:
@@ -106,32 +131,14 @@ def test_in_cluster_cross_pod_recovers_the_injected_numbers_and_cleans_up(
     scenario: Scenario, played: PlayedEndpoint
 ) -> None:
     mark = scenario.mark()
-    with player(scenario, played) as kubelet:
-        result = scenario.hpkv(
-            "bench",
-            "run",
-            "--endpoint",
-            "demo",
-            "--scenario",
-            "cross-pod",
-            "--lengths",
-            "500,1000",
-            "--repetitions",
-            "3",
-            "--yes",
-            "-o",
-            "json",
-            "--results-dir",
-            str(scenario.workdir / "out"),
-        )
-    assert not kubelet.errors, kubelet.errors
-    assert result.exit_code == 0, result
-    doc = load_result(result.stdout)
+    doc, kubelet, files = run_in_cluster(
+        scenario, played, "-s", "cross-pod", "--lengths", "500,1000", "--repetitions", "3"
+    )
     cross = results.scenario(doc, "cross-pod")
     assert cross is not None and cross["clients"] == 1
     assert_cross_pod_recovered(cross, played.cluster)
-    assert cross["parameters"]["podA"] == played.pods[0]
-    assert cross["parameters"]["podB"] == played.pods[1]
+    ordered = sorted(played.pods)  # pod A first by name; pod B on another node
+    assert [cross["parameters"]["podA"], cross["parameters"]["podB"]] == ordered
 
     env = doc["environment"]
     assert env["model"] == played.cluster.model and env["modelName"] == "Qwen2-7B-Instruct"
@@ -143,7 +150,7 @@ def test_in_cluster_cross_pod_recovers_the_injected_numbers_and_cleans_up(
     assert env["runnerPython"].startswith("3.")
     assert doc["inputs"]["location"] == "in-cluster"
     assert cross["metrics"]["source"] == "pod-proxy"
-    pod_b = cross["metrics"]["pods"][played.pods[1]]["delta"]
+    pod_b = cross["metrics"]["pods"][ordered[1]]["delta"]
     truth = played.cluster.truth_by_id()
     assert pod_b["externalHits"] == sum(
         truth[r["id"]].external_hit for r in cross["requests"] if r["role"] != "seed"
@@ -160,9 +167,8 @@ def test_in_cluster_cross_pod_recovers_the_injected_numbers_and_cleans_up(
     assert "resources" in container and "nvidia.com/gpu" not in container["resources"]["requests"]
     assert job.configmap["data"]["runner.py"] == Path(runner.__file__).read_text()
     run_spec = json.loads(job.configmap["data"]["spec.json"])
-    assert [p["url"] for p in run_spec["pods"]] == [
-        f"http://127.0.0.{i}:{played.port}" for i in (2, 3)
-    ]
+    urls = {pod: f"http://127.0.0.{i + 2}:{played.port}" for i, pod in enumerate(played.pods)}
+    assert [p["url"] for p in run_spec["pods"]] == [urls[pod] for pod in ordered]
     assert run_spec["router"]["url"] == "http://demo-routing-service.default.svc.cluster.local:443"
     assert job.exit_codes == [0]
 
@@ -177,7 +183,6 @@ def test_in_cluster_cross_pod_recovers_the_injected_numbers_and_cleans_up(
         f"delete jobs default/{name}",
         f"delete configmaps default/{job.configmap['metadata']['name']}",
     ], writes
-    files = json.loads(result.stdout)["files"]
     assert Path(files["report"]).read_text().count("| 500 |") == 1
     assert Path(files["chart:ttft-by-length"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -188,29 +193,8 @@ def test_in_cluster_load_scenarios_with_two_client_pods(
     from tests.harness.bench import free_shared_port
 
     monkeypatch.setenv("HPKV_BENCH__BARRIER_PORT", str(free_shared_port(["127.0.0.1"])))
-    with player(scenario, played) as kubelet:
-        result = scenario.hpkv(
-            "bench",
-            "run",
-            "--endpoint",
-            "demo",
-            "--scenario",
-            "shared-prefix,multi-turn",
-            "--clients",
-            "2",
-            "--concurrency",
-            "2",
-            *SHARED,
-            *TURNS,
-            "--yes",
-            "-o",
-            "json",
-            "--results-dir",
-            str(scenario.workdir / "out"),
-        )
-    assert not kubelet.errors, kubelet.errors
-    assert result.exit_code == 0, result
-    doc = load_result(result.stdout)
+    args = ["-s", "shared-prefix,multi-turn", "--clients", "2", "--concurrency", "2"]
+    doc, kubelet, _files = run_in_cluster(scenario, played, *args, *SHARED, *TURNS)
     assert [s["name"] for s in doc["scenarios"]] == ["shared-prefix", "multi-turn"]
     shared = results.scenario(doc, "shared-prefix")
     assert shared is not None and shared["clients"] == 2
@@ -226,7 +210,6 @@ def test_in_cluster_load_scenarios_with_two_client_pods(
         tiers = doc_s["summary"]["tiers"]
         assert tiers["l0"]["hitRate"] == l0
         assert tiers["external"]["hitRate"] == external
-    assert results.scenario(doc, "shared-prefix")["summary"]["tiers"]["external"]["hitRate"] > 0
     turns = results.scenario(doc, "multi-turn")
     assert [t["turn"] for t in turns["summary"]["byTurn"]] == [1, 2, 3]
     assert {r["session"] for r in turns["requests"]} == {0, 1}
@@ -254,7 +237,7 @@ def test_runner_failure_is_one_line_and_everything_is_deleted(
     assert result.exit_code == 1, result
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(
-        f"hpkv: error: bench runner in pod {kubelet.jobs[0].pods[0]} failed: cannot read the served model from http://127.0.0.2:{played.port}/v1/models"
+        f"hpkv: error: bench runner in pod {kubelet.jobs[0].pods[0]} failed: cannot read the served model from http://127.0.0.{2 + played.pods.index(min(played.pods))}:{played.port}/v1/models"
     ), lines
     assert "Fix:" in lines[-1]
     assert gone(scenario, "Job", kubelet.jobs[0].manifest["metadata"]["name"], "batch/v1")

@@ -107,12 +107,17 @@ def play_endpoint(
     """An endpoint whose worker pods are fake vLLM servers on 127.0.0.{2,3,...}:<port>."""
     hosts = [f"127.0.0.{i + 2}" for i in range(replicas)]
     port = free_shared_port(hosts)
+    pods = [f"{name}-7d9f8b6c5-{secrets.token_hex(3)[:5]}" for _ in range(replicas)]
+    (log_dir / namespace).mkdir(parents=True, exist_ok=True)
     cluster = FakeCluster(
         pods=replicas,
         hosts=hosts,
         port=port,
         costs=costs or Costs(),
         router=router,
+        names=pods,
+        log_paths=[str(log_dir / namespace / f"{pod}.{name}.log") for pod in pods],
+        process=True,  # its own process: its clocks never wait for this one's GIL
         **cluster_options,
     ).start()
     ensure_namespace(kube, namespace)
@@ -139,15 +144,9 @@ def play_endpoint(
             "spec": spec,
         }
     )
-    pods = []
     routes = {}
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / namespace).mkdir(exist_ok=True)
     ready_count = replicas if ready is None else ready
-    for i, fake in enumerate(cluster.members):
-        pod = f"{name}-7d9f8b6c5-{secrets.token_hex(3)[:5]}"
-        pods.append(pod)
-        fake.name = pod
+    for i, (pod, fake) in enumerate(zip(pods, cluster.members, strict=True)):
         container = {
             "name": name,
             "image": SERVING_IMAGE,
@@ -171,17 +170,8 @@ def play_endpoint(
         )
         status = pod_status(ready=i < ready_count, containers=[name, "reverse-proxy"])
         status.update(podIP=hosts[i], podIPs=[{"ip": hosts[i]}])
-        kube.apply_object(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod, "namespace": namespace},
-                "status": status,
-            },
-            subresource="status",
-        )
+        write_pod_status(kube, namespace, pod, status)
         routes[f"{namespace}/pods/{pod}:{port}"] = fake.url
-        fake.log_path = log_dir / namespace / f"{pod}.{name}.log"
     if router:
         kube.apply_object(
             {
@@ -312,15 +302,7 @@ class JobPlayer:
                     containers=["runner"],
                     waiting_reason=self.waiting_reason,
                 )
-                self.kube.apply_object(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {"name": pod, "namespace": self.namespace},
-                        "status": status,
-                    },
-                    subresource="status",
-                )
+                write_pod_status(self.kube, self.namespace, pod, status)
                 continue
             self._pod_phase(pod, "Running")
             argv = [
@@ -370,15 +352,7 @@ class JobPlayer:
                 }
             }
             status["conditions"][0]["status"] = "False"
-        self.kube.apply_object(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod, "namespace": self.namespace},
-                "status": status,
-            },
-            subresource="status",
-        )
+        write_pod_status(self.kube, self.namespace, pod, status)
 
     def _job_status(self, name: str, started: str, count: int, codes: list[int]) -> None:
         finished = _now()
@@ -447,6 +421,18 @@ class JobPlayer:
         )
 
 
+def write_pod_status(kube: KubeHarness, namespace: str, pod: str, status: dict[str, Any]) -> None:
+    kube.apply_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "namespace": namespace},
+            "status": status,
+        },
+        subresource="status",
+    )
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -458,8 +444,9 @@ def _median(values: list[float]) -> float:
 
 
 def assert_cross_pod_recovered(doc: dict[str, Any], cluster: FakeCluster) -> None:
-    """The bench recovered the injected numbers: TTFT p50 within 2 ms and speedup within 5% of what
-    the fake server did (its own clock, from reading the request to writing the first token), hit
+    """The bench recovered the injected numbers: TTFT within 2 ms (the median error against the
+    server's own clock, from reading the request to writing the first token; single requests may
+    stray on this shared machine) and speedup within 5% of what the fake server did, hit
     tokens, hit rate and L2 bytes exact, L2 read time equal to the injected retrieve cost; and the
     server followed the injected timing model (loosely: this machine is shared)."""
     truth = cluster.truth_by_id()
@@ -473,22 +460,17 @@ def assert_cross_pod_recovered(doc: dict[str, Any], cluster: FakeCluster) -> Non
         cold_truth = [truth[r["id"]] for r in cold]
         warm_true = _median([t.ttft_true_ms for t in warm_truth])
         cold_true = _median([t.ttft_true_ms for t in cold_truth])
-        assert abs(row["warmTtftMs"]["p50"] - warm_true) <= 2.0, (
-            length,
-            row["warmTtftMs"],
-            warm_true,
-        )
-        assert abs(row["coldTtftMs"]["p50"] - cold_true) <= 2.0, (
-            length,
-            row["coldTtftMs"],
-            cold_true,
-        )
+        for records, served in ((warm, warm_truth), (cold, cold_truth)):
+            errors = [r["ttftMs"] - t.ttft_true_ms for r, t in zip(records, served, strict=True)]
+            assert abs(_median(errors)) <= 2.0, (length, errors)
         assert abs(row["speedup"] / (cold_true / warm_true) - 1) <= 0.05, (
             row["speedup"],
             cold_true / warm_true,
         )
-        for t in warm_truth + cold_truth:
-            assert t.ttft_model_ms <= t.ttft_true_ms <= t.ttft_model_ms * 1.25 + 5, t
+        for group_truth, true_p50 in ((warm_truth, warm_true), (cold_truth, cold_true)):
+            model = group_truth[0].ttft_model_ms
+            assert all(t.ttft_model_ms == model <= t.ttft_true_ms for t in group_truth)
+            assert true_p50 <= model * 1.25 + 5, (true_p50, model)
         assert all(t.external_hit > 0 and t.l2_tokens > 0 for t in warm_truth), (
             "pod B did not read the L2"
         )

@@ -28,13 +28,15 @@ import argparse
 import asyncio
 import contextlib
 import json
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 import zlib
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +406,9 @@ class FakeCluster:
     tokenize_endpoint: bool = True
     retrieve_histogram: bool = True  # False: LMCache versions without lmcache:time_to_retrieve
     max_model_len: int = 32768
+    names: list[str] | None = None  # pod names (default pod-0, pod-1, ...)
+    log_paths: list[str] | None = None  # LMCache log file per pod
+    process: bool = False  # serve from a child process (its own GIL) instead of a thread
 
     def __post_init__(self) -> None:
         self.l2: OrderedDict[int, None] = OrderedDict()
@@ -415,12 +420,15 @@ class FakeCluster:
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._switch_interval = sys.getswitchinterval()
+        self._proc: subprocess.Popen[str] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def serve(self) -> None:
         hosts = self.hosts or ["127.0.0.1"] * self.pods
         for i in range(self.pods):
-            pod = FakePod(self, f"pod-{i}", hosts[i], self.port)
+            pod = FakePod(self, self.names[i] if self.names else f"pod-{i}", hosts[i], self.port)
+            if self.log_paths:
+                pod.log_path = Path(self.log_paths[i])
             server = await self._listen(pod, hosts[i], self.port)
             pod.port = server.sockets[0].getsockname()[1]
             pod.server = server
@@ -432,6 +440,8 @@ class FakeCluster:
             self._servers.append(server)
 
     def start(self) -> FakeCluster:
+        if self.process:
+            return self._start_process()
         # In a thread the server shares the GIL with the test (and with hpkv itself when it runs
         # in-process): a short switch interval keeps its clocks from waiting ~5 ms for the GIL.
         self._switch_interval = sys.getswitchinterval()
@@ -463,7 +473,30 @@ class FakeCluster:
             raise errors[0]
         return self
 
+    def _start_process(self) -> FakeCluster:
+        config = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "process"}
+        config["costs"] = asdict(self.costs)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.harness.fake_vllm", "--config", json.dumps(config)],
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line.startswith("READY "):
+            self._proc.kill()
+            raise RuntimeError(f"fake vLLM process did not start: {line!r}")
+        info = json.loads(line[len("READY ") :])
+        self.members = [FakePod(self, m["name"], m["host"], m["port"]) for m in info["members"]]
+        self.router_port = info["router_port"]
+        return self
+
     def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+            self._proc = None
         if self._loop is not None and self._thread is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
@@ -493,10 +526,19 @@ class FakeCluster:
         return self.members[index]
 
     def truth(self) -> list[Truth]:
-        return sorted((t for p in self.members for t in p.truth), key=lambda t: t.id)
+        return sorted(self._all_truth(), key=lambda t: t.id)
 
     def truth_by_id(self) -> dict[str, Truth]:
-        return {t.id: t for p in self.members for t in p.truth}
+        return {t.id: t for t in self._all_truth()}
+
+    def _all_truth(self) -> list[Truth]:
+        if not self.process:
+            return [t for p in self.members for t in p.truth]
+        found = []
+        for pod in self.members:
+            with urllib.request.urlopen(pod.url + "/_fake/requests", timeout=30) as response:
+                found += [Truth(**t) for t in json.load(response)]
+        return found
 
     # --- HTTP --------------------------------------------------------------------------------
     async def _listen(self, pod: FakePod | None, host: str, port: int) -> asyncio.Server:
@@ -811,18 +853,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--itl-ms", type=float, default=2.0)
     parser.add_argument("--jitter-ms", type=float, default=0.0)
     parser.add_argument("--precise", action="store_true")
+    parser.add_argument("--config", help="FakeCluster fields as JSON (overrides the flags)")
     args = parser.parse_args(argv)
+    if args.config:
+        config = json.loads(args.config)
+        config["costs"] = Costs(**config["costs"])
+        return _serve_forever(FakeCluster(**config))
     costs = Costs(
         base_ms=args.base_ms,
         prefill_ms_per_token=args.prefill_ms_per_token,
         itl_ms=args.itl_ms,
         jitter_ms=args.jitter_ms,
     )
-    cluster = FakeCluster(pods=args.pods, costs=costs, precise=args.precise)
+    return _serve_forever(FakeCluster(pods=args.pods, costs=costs, precise=args.precise))
 
+
+def _serve_forever(cluster: FakeCluster) -> int:
     async def run() -> None:
         await cluster.serve()
-        info = {"pods": [p.url for p in cluster.members], "router": cluster.router_url}
+        info = {
+            "pods": [p.url for p in cluster.members],
+            "router": cluster.router_url,
+            "router_port": cluster.router_port,
+            "members": [{"name": p.name, "host": p.host, "port": p.port} for p in cluster.members],
+        }
         sys.stdout.write("READY " + json.dumps(info) + "\n")
         sys.stdout.flush()
         await asyncio.Event().wait()
