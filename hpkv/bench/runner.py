@@ -13,10 +13,12 @@ stdout as gzip+base64 lines between two marker lines, so hpkv can pick it out of
 ``--format json`` prints plain JSON instead. A fatal error prints one ``hpkv-bench-error:`` line
 and exits 1.
 
-Timing: TTFT is measured from writing the request on an open connection to reading the first
+Timing: TTFT runs from writing the request on an open connection to the arrival of the first
 content token (the first non-empty ``text`` or ``delta.content``); connection setup is excluded and
-connections are kept alive. The client runs one asyncio loop on raw streams and does almost no work
-per chunk after the first token (no JSON parsing, except when a conversation needs the answer text).
+connections are kept alive. Arrival is the kernel's receive time of the bytes (SO_TIMESTAMPNS on
+Linux), so a client that gets the CPU late still times the token when it came. The client runs one
+asyncio loop on raw sockets and does almost no work per chunk after the first token (no JSON
+parsing, except when a conversation needs the answer text). Times are wall-clock seconds.
 
 Prompt lengths are real token counts from the server's ``/tokenize`` endpoint, or, where it is
 missing, calibrated with one probe request's ``usage.prompt_tokens``. Every prompt starts with a
@@ -33,13 +35,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
+import gc
 import gzip
 import hashlib
 import json
 import os
 import random
 import re
+import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -291,6 +297,190 @@ def _load_resolve() -> dict:
     return {str(k): str(v) for k, v in data.items()}
 
 
+# Linux gives each TCP read the time its bytes reached the socket (SO_TIMESTAMPNS, wall clock).
+_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform.startswith("linux") else 0
+_ANCILLARY = socket.CMSG_SPACE(16) if _TIMESTAMPNS and hasattr(socket, "CMSG_SPACE") else 0
+
+
+def _kernel_time(ancdata) -> float:
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec + nsec * 1e-9
+    return time.time()
+
+
+def _resolve_future(future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Conn:
+    """One plain-TCP connection, read straight through the event loop.
+
+    Each read returns its bytes with the kernel's receive time (wall clock), so a first token is
+    timed when it arrived even if this process got the CPU later (a busy client pod, 256 streams
+    on two cores). Where the kernel stamps nothing, the read's own time is used.
+    """
+
+    __slots__ = ("fd", "last_at", "loop", "pending", "pending_at", "since", "sock", "stamped")
+
+    def __init__(self, loop, sock) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.pending = b""
+        self.pending_at = 0.0
+        self.last_at = 0.0  # receive time of the latest bytes read
+        self.since = perf_counter()
+        self.stamped = False
+        if _ANCILLARY:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
+                self.stamped = True
+            except OSError:
+                pass
+
+    @classmethod
+    async def open(cls, host: str, port: int, timeout: float):
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"cannot resolve {host}")
+        family, kind, proto, _name, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, address), timeout)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(loop, sock)
+
+    def usable(self) -> bool:
+        """Still open with nothing unread (an idle keep-alive connection the server kept)."""
+        if self.pending:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK) != b""  # b"": closed; data: out of step
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+
+    async def _readable(self) -> None:
+        future = self.loop.create_future()
+        self.loop.add_reader(self.fd, _resolve_future, future)
+        try:
+            await future
+        finally:
+            self.loop.remove_reader(self.fd)
+
+    async def read(self, size: int = 65536) -> tuple:
+        """(bytes, receive time); b"" at end of stream."""
+        if self.pending:
+            data, self.pending = self.pending, b""
+            self.last_at = self.pending_at
+            return data, self.pending_at
+        while True:
+            try:
+                if self.stamped:
+                    data, ancdata, _flags, _address = self.sock.recvmsg(size, _ANCILLARY)
+                    self.last_at = _kernel_time(ancdata)
+                else:
+                    data, self.last_at = self.sock.recv(size), time.time()
+                return data, self.last_at
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        buffer = b""
+        while True:
+            data, when = await self.read()
+            if not data:
+                raise asyncio.IncompleteReadError(buffer, None)
+            buffer += data
+            cut = buffer.find(separator)
+            if cut >= 0:
+                cut += len(separator)
+                self.pending, self.pending_at = buffer[cut:], when
+                return buffer[:cut]
+
+    async def readexactly(self, count: int) -> bytes:
+        buffer = b""
+        while len(buffer) < count:
+            data, when = await self.read(count - len(buffer))
+            if not data:
+                raise asyncio.IncompleteReadError(buffer, count)
+            buffer += data
+        self.pending, self.pending_at = buffer[count:], when
+        return buffer[:count]
+
+    async def readall(self) -> bytes:
+        parts = []
+        while True:
+            data, _when = await self.read()
+            if not data:
+                return b"".join(parts)
+            parts.append(data)
+
+    async def write(self, data: bytes) -> None:
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, data[sent:])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class StreamConn:
+    """The same interface over asyncio streams, for https targets (reads stamped on arrival in
+    this process: TLS hides the kernel's times)."""
+
+    __slots__ = ("reader", "since", "writer")
+
+    def __init__(self, reader, writer) -> None:
+        self.reader, self.writer = reader, writer
+        self.since = perf_counter()
+
+    @classmethod
+    async def open(cls, host: str, port: int, timeout: float, context, server_hostname: str):
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                host, port, ssl=context, server_hostname=server_hostname, limit=1 << 22
+            ),
+            timeout,
+        )
+        return cls(reader, writer)
+
+    def usable(self) -> bool:
+        return not self.writer.is_closing() and not self.reader.at_eof()
+
+    async def read(self, size: int = 65536) -> tuple:
+        data = await self.reader.read(size)
+        return data, time.time()
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        return await self.reader.readuntil(separator)
+
+    async def readexactly(self, count: int) -> bytes:
+        return await self.reader.readexactly(count)
+
+    async def readall(self) -> bytes:
+        return await self.reader.read()
+
+    async def write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 class Http:
     """A keep-alive connection pool and the requests the bench makes."""
 
@@ -309,42 +499,41 @@ class Http:
         if mapped:
             host, _, port_text = mapped.rpartition(":")
             port = int(port_text)
-        kwargs = {"limit": 1 << 22}
-        if target.tls:
-            if self._ssl is None:
-                self._ssl = ssl.create_default_context()
-            kwargs.update(ssl=self._ssl, server_hostname=target.host)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, **kwargs), self.connect_timeout
-            )
+            if target.tls:
+                if self._ssl is None:
+                    self._ssl = ssl.create_default_context()
+                return await StreamConn.open(
+                    host, port, self.connect_timeout, self._ssl, target.host
+                )
+            return await Conn.open(host, port, self.connect_timeout)
         except AsyncTimeout:
             raise HttpError(f"connect to {target.url} timed out") from None
         except OSError as exc:
             raise HttpError(f"cannot connect to {target.url}: {exc}") from None
-        return reader, writer
 
     async def acquire(self, target: Target):
+        """(connection, reused?)"""
         idle = self._idle.get(target.hostport)
         now = perf_counter()
         while idle:
-            reader, writer, since = idle.pop()
-            if now - since < self.IDLE_MAX_S and not writer.is_closing() and not reader.at_eof():
-                return reader, writer, True
-            writer.close()
-        reader, writer = await self._open(target)
-        return reader, writer, False
+            conn = idle.pop()
+            if now - conn.since < self.IDLE_MAX_S and conn.usable():
+                return conn, True
+            conn.close()
+        return await self._open(target), False
 
-    def release(self, target: Target, reader, writer, reusable: bool) -> None:
-        if reusable and not writer.is_closing():
-            self._idle.setdefault(target.hostport, []).append((reader, writer, perf_counter()))
+    def release(self, target: Target, conn, reusable: bool) -> None:
+        if reusable:
+            conn.since = perf_counter()
+            self._idle.setdefault(target.hostport, []).append(conn)
         else:
-            writer.close()
+            conn.close()
 
     def close(self) -> None:
         for conns in self._idle.values():
-            for _reader, writer, _since in conns:
-                writer.close()
+            for conn in conns:
+                conn.close()
         self._idle.clear()
 
     @staticmethod
@@ -361,8 +550,8 @@ class Http:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
     @staticmethod
-    async def _read_head(reader):
-        raw = await reader.readuntil(b"\r\n\r\n")
+    async def _read_head(conn):
+        raw = await conn.readuntil(b"\r\n\r\n")
         lines = raw.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/"):
@@ -376,47 +565,47 @@ class Http:
         return int(parts[1]), headers, keep
 
     @staticmethod
-    async def _read_body(reader, headers) -> tuple:
+    async def _read_body(conn, headers) -> tuple:
         """The whole body; (body, reusable)."""
         if "chunked" in headers.get("transfer-encoding", "").lower():
             decoder = ChunkedDecoder()
             parts = []
             while not decoder.done:
-                data = await reader.read(65536)
+                data, _when = await conn.read()
                 if not data:
                     raise HttpError("connection closed in the middle of a chunked body")
                 parts.append(decoder.feed(data))
             return b"".join(parts), True
         if "content-length" in headers:
-            return await reader.readexactly(int(headers["content-length"])), True
-        return await reader.read(), False
+            return await conn.readexactly(int(headers["content-length"])), True
+        return await conn.readall(), False
 
     async def request(self, target: Target, method: str, path: str, payload=None) -> tuple:
         """A plain request; (status, body bytes)."""
         body = b"" if payload is None else json.dumps(payload).encode()
         accept = "application/json, text/plain;q=0.9, */*;q=0.5"
         for attempt in (0, 1):
-            reader, writer, reused = await self.acquire(target)
+            conn, reused = await self.acquire(target)
             try:
-                writer.write(self._head(method, target, path, body, accept))
+                await conn.write(self._head(method, target, path, body, accept))
                 status, headers, keep = await asyncio.wait_for(
-                    self._read_head(reader), self.read_timeout
+                    self._read_head(conn), self.read_timeout
                 )
                 data, framed = await asyncio.wait_for(
-                    self._read_body(reader, headers), self.read_timeout
+                    self._read_body(conn, headers), self.read_timeout
                 )
             except (ConnectionError, asyncio.IncompleteReadError) as exc:
-                writer.close()
+                conn.close()
                 if reused and attempt == 0:
                     continue  # the server closed an idle keep-alive connection: retry once
                 raise HttpError(f"{method} {target.url}{path}: {exc}") from None
             except AsyncTimeout:
-                writer.close()
+                conn.close()
                 raise HttpError(f"{method} {target.url}{path} timed out") from None
             except BaseException:
-                writer.close()
+                conn.close()
                 raise
-            self.release(target, reader, writer, keep and framed)
+            self.release(target, conn, keep and framed)
             return status, data
         raise HttpError(f"{method} {target.url}{path} failed")
 
@@ -449,44 +638,44 @@ class Http:
         head = self._head("POST", target, path, body, "text/event-stream")
         for attempt in (0, 1):
             try:
-                reader, writer, reused = await self.acquire(target)
+                conn, reused = await self.acquire(target)
             except HttpError as exc:
                 return {"ok": False, "status": None, "error": str(exc)}
-            t0 = perf_counter()
+            t0 = time.time()
             try:
-                writer.write(head)
+                await conn.write(head)
                 status, headers, keep = await asyncio.wait_for(
-                    self._read_head(reader), self.read_timeout
+                    self._read_head(conn), self.read_timeout
                 )
             except (ConnectionError, asyncio.IncompleteReadError) as exc:
-                writer.close()
+                conn.close()
                 if reused and attempt == 0:
                     continue
                 return {"ok": False, "status": None, "error": f"connection failed: {exc}"}
             except AsyncTimeout:
-                writer.close()
+                conn.close()
                 return {"ok": False, "status": None, "error": "no response (timed out)"}
             except BaseException:
-                writer.close()
+                conn.close()
                 raise
             try:
                 record = await asyncio.wait_for(
-                    self._consume(reader, headers, status, t0, chat, collect), self.read_timeout
+                    self._consume(conn, headers, status, t0, chat, collect), self.read_timeout
                 )
             except AsyncTimeout:
-                writer.close()
+                conn.close()
                 return {"ok": False, "status": status, "error": "stream timed out"}
             except (ConnectionError, asyncio.IncompleteReadError, HttpError) as exc:
-                writer.close()
+                conn.close()
                 return {"ok": False, "status": status, "error": f"stream broken: {exc}"}
             except BaseException:
-                writer.close()
+                conn.close()
                 raise
-            self.release(target, reader, writer, keep and record.pop("_framed"))
+            self.release(target, conn, keep and record.pop("_framed"))
             return record
         return {"ok": False, "status": None, "error": "connection failed twice"}
 
-    async def _consume(self, reader, headers, status, t0, chat, collect) -> dict:
+    async def _consume(self, conn, headers, status, t0, chat, collect) -> dict:
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         decoder = ChunkedDecoder() if chunked else None
         left = int(headers["content-length"]) if "content-length" in headers and not chunked else -1
@@ -499,8 +688,7 @@ class Http:
         error = None
         done_t = None
         while True:
-            data = await reader.read(65536)
-            now = perf_counter()
+            data, now = await conn.read()
             if not data:
                 if chunked or left > 0:
                     raise HttpError("connection closed before the response ended")
@@ -788,7 +976,7 @@ class Run:
         )
         self.model = spec.get("model")
         self.salt = spec.get("runId") or _digest(time.time(), os.getpid())[:12]
-        self.t0 = perf_counter()
+        self.t0 = time.time()
         self.notes = []
 
     @property
@@ -821,7 +1009,7 @@ class Run:
     async def send(self, target: Target, body: bytes, collect: bool = False, **meta) -> dict:
         record = await self.http.stream(target, self.path, body, self.chat, collect)
         t0 = record.pop("t0", None)
-        record["startS"] = (t0 - self.t0) if t0 is not None else (perf_counter() - self.t0)
+        record["startS"] = (t0 - self.t0) if t0 is not None else (time.time() - self.t0)
         record["target"] = target.name
         record["client"] = self.client
         record.update(meta)
@@ -972,6 +1160,24 @@ def _share(total: int, client: int, clients: int) -> int:
     return total // clients + (1 if client < total % clients else 0)
 
 
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """No cyclic garbage collection while requests are in flight: a full collection of a large
+    heap stalls the loop for tens of milliseconds, and first tokens would wait for it. What the
+    run allocates is mostly acyclic (freed by reference counting); one collection follows."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
+        gc.collect()
+
+
 async def _prewarm(run: Run, jobs: list, count: int) -> None:
     """Open the connections the load will use before it starts, so a burst of connects does not
     land in the first requests (TTFT never includes connection setup)."""
@@ -985,8 +1191,8 @@ async def _prewarm(run: Run, jobs: list, count: int) -> None:
             *(run.http.acquire(target) for _ in range(wanted)), return_exceptions=True
         )
         opened += [(target, r) for r in results if not isinstance(r, BaseException)]
-    for target, (reader, writer, _reused) in opened:
-        run.http.release(target, reader, writer, True)
+    for target, (conn, _reused) in opened:
+        run.http.release(target, conn, True)
 
 
 async def _drive(run: Run, jobs: list, concurrency, rate, seed) -> list:
@@ -999,7 +1205,7 @@ async def _drive(run: Run, jobs: list, concurrency, rate, seed) -> list:
         records[i] = await run.send(target, body, **meta)
 
     await _prewarm(run, jobs, limit or len(jobs))
-    run.t0 = perf_counter()
+    run.t0 = time.time()
     if not rate:
         limit = limit or len(jobs) or 1
         cursor = iter(range(len(jobs)))
@@ -1133,7 +1339,7 @@ async def scenario_multi_turn(run: Run) -> dict:
         else None
     )
     records = []
-    run.t0 = perf_counter()
+    run.t0 = time.time()
 
     async def session(s, index):
         history = []
@@ -1421,7 +1627,8 @@ async def run_scenario(spec: dict, scenario: str, client: int = 0, clients: int 
     run = Run(spec, client, clients)
     started = time.time()
     try:
-        out = await SCENARIO_FUNCS[scenario](run)
+        with _no_gc_pauses():
+            out = await SCENARIO_FUNCS[scenario](run)
     finally:
         run.http.close()
     finished = time.time()

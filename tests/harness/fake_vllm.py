@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-perf_counter = time.perf_counter
+from hpkv.bench.runner import Conn
 
 BOS = 1
 IM_START, IM_END = 2, 3
@@ -165,7 +166,7 @@ class FakePod:
         self.store = Histogram(LMCACHE_TIME_BUCKETS)
         self.truth: list[Truth] = []
         self.log_path: Path | None = None
-        self.server: asyncio.base_events.Server | None = None
+        self.server: _Listener | None = None
         self.running = 0
 
     @property
@@ -418,7 +419,8 @@ class FakeCluster:
         self._rr = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[_Listener] = []
+        self._tasks: set[asyncio.Task[None]] = set()
         self._switch_interval = sys.getswitchinterval()
         self._proc: subprocess.Popen[str] | None = None
 
@@ -430,13 +432,13 @@ class FakeCluster:
             if self.log_paths:
                 pod.log_path = Path(self.log_paths[i])
             server = await self._listen(pod, hosts[i], self.port)
-            pod.port = server.sockets[0].getsockname()[1]
+            pod.port = server.port
             pod.server = server
             self._servers.append(server)
             self.members.append(pod)
         if self.router:
             server = await self._listen(None, self.router_host, 0)
-            self.router_port = server.sockets[0].getsockname()[1]
+            self.router_port = server.port
             self._servers.append(server)
 
     def start(self) -> FakeCluster:
@@ -541,29 +543,34 @@ class FakeCluster:
         return found
 
     # --- HTTP --------------------------------------------------------------------------------
-    async def _listen(self, pod: FakePod | None, host: str, port: int) -> asyncio.Server:
+    async def _listen(self, pod: FakePod | None, host: str, port: int) -> _Listener:
+        """Accept on raw sockets read through the runner's ``Conn``: a request's arrival is the
+        kernel's receive time of its last bytes, not when this loop got to it."""
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(1024)
+        listener.setblocking(False)
         loop = asyncio.get_running_loop()
 
-        def protocol() -> _StampingProtocol:
-            reader = asyncio.StreamReader(limit=1 << 22)
-            stamped = _StampingProtocol(reader)
-            stamped.handler = lambda r, w: self._connection(r, w, pod, stamped)
-            return stamped
+        async def accept() -> None:
+            while True:
+                sock, _address = await loop.sock_accept(listener)
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = Conn(loop, sock)
+                task = loop.create_task(self._connection(conn, _Writer(conn), pod))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
-        return await loop.create_server(protocol, host, port, backlog=1024)
+        return _Listener(listener, loop.create_task(accept()))
 
-    async def _connection(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        pod: FakePod | None,
-        stamped: _StampingProtocol,
-    ) -> None:
+    async def _connection(self, conn: Conn, writer: _Writer, pod: FakePod | None) -> None:
         try:
             while True:
                 try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                    head = await conn.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, _version = lines[0].split(" ", 2)
@@ -573,21 +580,19 @@ class FakeCluster:
                         key, _, value = line.partition(":")
                         headers[key.strip().lower()] = value.strip()
                 length = int(headers.get("content-length", "0") or 0)
-                body = await reader.readexactly(length) if length else b""
-                # When the request's bytes reached this server, not when its turn came.
-                received = stamped.arrived or perf_counter()
+                body = await conn.readexactly(length) if length else b""
+                received = conn.last_at  # when the request's last bytes reached this server
                 keep = await self._dispatch(writer, pod, method, target, body, received)
                 if not keep or headers.get("connection", "").lower() == "close":
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
             return
         finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+            writer.close()
 
     async def _dispatch(
         self,
-        writer: asyncio.StreamWriter,
+        writer: _Writer,
         pod: FakePod | None,
         method: str,
         target: str,
@@ -642,7 +647,7 @@ class FakeCluster:
 
     async def _completion(
         self,
-        writer: asyncio.StreamWriter,
+        writer: _Writer,
         pod: FakePod,
         path: str,
         body: bytes,
@@ -677,7 +682,7 @@ class FakeCluster:
             words = [OUTPUT_WORDS[i % len(OUTPUT_WORDS)] for i in range(max_tokens)]
             if not stream:
                 await self._sleep_until(deadline)
-                truth.ttft_true_ms = (perf_counter() - received) * 1000.0
+                truth.ttft_true_ms = (time.time() - received) * 1000.0
                 self._finish_prefill(pod, truth, tokens, internal)
                 await self._sleep_until(deadline + self.costs.itl_ms * (max_tokens - 1) / 1000.0)
                 truth.output_tokens = max_tokens
@@ -744,9 +749,10 @@ class FakeCluster:
                     "choices": [choice],
                     "usage": None,
                 }
+                if i == 0:  # stamped just before the send: the token leaves now
+                    truth.ttft_true_ms = (time.time() - received) * 1000.0
                 writer.write(_frame(_sse(event)))
                 if i == 0:
-                    truth.ttft_true_ms = (perf_counter() - received) * 1000.0
                     self._finish_prefill(pod, truth, tokens, internal)
                 await writer.drain()
                 if not last:
@@ -779,7 +785,7 @@ class FakeCluster:
     async def _sleep_until(self, deadline: float) -> None:
         # asyncio.sleep wakes up to ~1 ms late (epoll's millisecond timeout); precise mode sleeps
         # short of the deadline, then finishes with sub-millisecond sleeps that release the GIL.
-        remaining = deadline - perf_counter()
+        remaining = deadline - time.time()  # deadlines are wall clock, like arrival times
         if remaining <= 0:
             return
         if not self.precise:
@@ -787,24 +793,45 @@ class FakeCluster:
             return
         if remaining > 0.0015:
             await asyncio.sleep(remaining - 0.0015)
-        while perf_counter() < deadline:
+        while time.time() < deadline:
             time.sleep(0.0001)
 
 
-class _StampingProtocol(asyncio.StreamReaderProtocol):
-    """Stream protocol that notes when data last arrived, before any handler runs."""
+class _Listener:
+    def __init__(self, sock: socket.socket, task: asyncio.Task[None]) -> None:
+        self.sock, self.task = sock, task
+        self.port = sock.getsockname()[1]
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        super().__init__(reader, self._connected)
-        self.arrived = 0.0
-        self.handler: Any = None
+    def close(self) -> None:
+        self.task.cancel()
+        self.sock.close()
 
-    def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Any:
-        return self.handler(reader, writer)
 
-    def data_received(self, data: bytes) -> None:
-        self.arrived = perf_counter()
-        super().data_received(data)
+class _Writer:
+    """Writes of a fake server connection: sent at once, the rest when drained."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.pending = b""
+
+    def write(self, data: bytes) -> None:
+        if self.pending:
+            self.pending += data
+            return
+        try:
+            sent = self.conn.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        self.pending = data[sent:]
+
+    async def drain(self) -> None:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            await self.conn.loop.sock_sendall(self.conn.sock, data)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()
 
 
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
@@ -824,13 +851,13 @@ def _frame(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+async def _chunk(writer: _Writer, data: bytes) -> None:
     writer.write(_frame(data))
     await writer.drain()
 
 
 async def _respond(
-    writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str = "application/json"
+    writer: _Writer, status: int, body: bytes, content_type: str = "application/json"
 ) -> bool:
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
     writer.write(
@@ -841,7 +868,7 @@ async def _respond(
     return True
 
 
-async def _respond_json(writer: asyncio.StreamWriter, status: int, data: Any) -> bool:
+async def _respond_json(writer: _Writer, status: int, data: Any) -> bool:
     return await _respond(writer, status, json.dumps(data).encode())
 
 
