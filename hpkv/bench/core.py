@@ -204,6 +204,8 @@ class Bench:
             endpoint=info,
         )
         prepared.scraper = self._scraper(info, pods)
+        if info is not None and info.not_ready:
+            prepared.notes.append("pods not ready, left out: " + ", ".join(info.not_ready))
         if not options.from_here:
             prepared.job = self._job_settings(run_id, info)
             prepared.environment["runnerImage"] = prepared.job.image
@@ -263,11 +265,19 @@ class Bench:
             or info.router.url
         )
 
+    def _parameters(self) -> dict[str, dict[str, Any]]:
+        """Each scenario's parameters, defaults filled in (spec and result inputs share them)."""
+        options = self.options
+        return {
+            "crossPod": {**CROSS_POD_DEFAULTS, "podA": 0, "podB": 1, **options.cross_pod},
+            "sharedPrefix": {**SHARED_PREFIX_DEFAULTS, **options.shared_prefix},
+            "multiTurn": {**MULTI_TURN_DEFAULTS, **options.multi_turn},
+        }
+
     def _spec(
         self, run_id: str, seed: int, pods: list[dict[str, str]], router: dict[str, str] | None
     ) -> dict[str, Any]:
         options = self.options
-        cross = {**CROSS_POD_DEFAULTS, "podA": 0, "podB": 1, **options.cross_pod}
         return {
             "version": 1,
             "runId": run_id,
@@ -278,9 +288,7 @@ class Bench:
             "router": router,
             "clients": options.clients,
             "requestTimeoutS": options.request_timeout_s,
-            "crossPod": cross,
-            "sharedPrefix": {**SHARED_PREFIX_DEFAULTS, **options.shared_prefix},
-            "multiTurn": {**MULTI_TURN_DEFAULTS, **options.multi_turn},
+            **self._parameters(),
         }
 
     def _inputs(
@@ -291,7 +299,10 @@ class Bench:
         info: EndpointInfo | None,
     ) -> dict[str, Any]:
         options = self.options
-        spec_like = self._spec("x", seed, pods, router)
+        chosen = {
+            key: value if scenario in options.scenarios else None
+            for (key, value), scenario in zip(self._parameters().items(), SCENARIOS, strict=True)
+        }
         return {
             "endpoint": info.ref if info else None,
             "scenarios": list(options.scenarios),
@@ -300,11 +311,7 @@ class Bench:
             "api": options.api,
             "seed": seed,
             "urls": {"router": router["url"] if router else None, "pods": [p["url"] for p in pods]},
-            "crossPod": spec_like["crossPod"] if "cross-pod" in options.scenarios else None,
-            "sharedPrefix": spec_like["sharedPrefix"]
-            if "shared-prefix" in options.scenarios
-            else None,
-            "multiTurn": spec_like["multiTurn"] if "multi-turn" in options.scenarios else None,
+            **chosen,
         }
 
     def _environment(
@@ -395,14 +402,22 @@ class Bench:
         return plan
 
     # --- the run -----------------------------------------------------------------------------
-    def run(self, prepared: Prepared) -> dict[str, Any]:
+    def run(self, prepared: Prepared) -> tuple[dict[str, Any], HpkvError | None]:
+        """The result document, and the error that stopped the run early (the scenarios done
+        before it are kept, so a long run is not lost to a late failure)."""
         result = results.new_result(prepared.run_id, prepared.inputs, prepared.environment)
         launcher = self._launcher(prepared)
+        failure: HpkvError | None = None
         try:
             if launcher is not None:
                 launcher.create_configmap(prepared.spec)
             for name in self.options.scenarios:
-                result["scenarios"].append(self._scenario(prepared, name, launcher))
+                try:
+                    result["scenarios"].append(self._scenario(prepared, name, launcher))
+                except HpkvError as exc:
+                    failure = exc
+                    result["notes"].append(f"{name} failed: {exc.one_line()}")
+                    break
         finally:
             if launcher is not None:
                 deleted = launcher.cleanup()
@@ -414,13 +429,13 @@ class Bench:
                     )
         first = next((s for s in result["scenarios"] if s.get("model")), None)
         if first is not None:
-            result["environment"]["model"] = first.pop("model")
+            result["environment"]["model"] = first.get("model")
             result["environment"]["runnerPython"] = first.get("python")
         for doc in result["scenarios"]:
             doc.pop("model", None)
             doc.pop("python", None)
         result["notes"] += prepared.notes
-        return result
+        return result, failure
 
     def _launcher(self, prepared: Prepared) -> JobLauncher | None:
         if prepared.job is None:

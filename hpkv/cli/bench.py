@@ -418,10 +418,17 @@ def _run(cli: CliState, options: Any) -> None:
         if not out.structured:
             out.plan([plan])
         confirm_changes(cli, [plan], verb="create")
-    result = bench.run(prepared)
+    result, failure = bench.run(prepared)
+    if failure is not None and not result["scenarios"]:
+        raise failure
     directory = bench.results_dir(prepared.run_id)
     files = write_outputs(result, directory)
     _render(cli, result, files)
+    if failure is not None:
+        raise type(failure)(
+            f"{failure.message} (the scenarios before it are in {files['result']})",
+            fix=failure.fix,
+        )
     failed = failed_scenarios(result)
     if failed:
         raise ApiError(

@@ -268,6 +268,36 @@ def test_an_image_that_cannot_be_pulled_fails_fast(
     assert gone(scenario, "Job", job.manifest["metadata"]["name"], "batch/v1")
 
 
+def test_a_late_failure_keeps_the_scenarios_already_measured(
+    scenario: Scenario, played: PlayedEndpoint
+) -> None:
+    out = scenario.workdir / "out"
+    with player(scenario, played, waiting_reason="ImagePullBackOff", waiting_for="shared-prefix"):
+        result = scenario.hpkv(
+            "bench",
+            "run",
+            "--endpoint",
+            "demo",
+            "-s",
+            "cross-pod,shared-prefix",
+            "--lengths",
+            "300",
+            "--repetitions",
+            "1",
+            "--yes",
+            "--results-dir",
+            str(out),
+        )
+    assert result.exit_code == 1, result
+    (saved,) = out.glob("*/result.json")
+    assert "cannot start: ImagePullBackOff" in result.stderr
+    assert f"(the scenarios before it are in {saved})" in result.stderr
+    doc = results.load(saved)
+    assert [s["name"] for s in doc["scenarios"]] == ["cross-pod"]
+    assert any(n.startswith("shared-prefix failed: runner pod") for n in doc["notes"])
+    assert "cross-pod: pod A" in result.stdout  # the finished scenario was still shown
+
+
 def test_in_cluster_run_needs_confirmation_and_dry_run_writes_nothing(
     scenario: Scenario, played: PlayedEndpoint
 ) -> None:

@@ -208,12 +208,14 @@ class JobPlayer:
         namespace: str = "default",
         router: tuple[str, str] | None = None,
         waiting_reason: str | None = None,
+        waiting_for: str = "",
     ) -> None:
         self.kube = kube
         self.log_dir = log_dir
         self.namespace = namespace
         self.router = router  # (in-cluster host:port, local host:port)
         self.waiting_reason = waiting_reason
+        self.waiting_for = waiting_for  # only Jobs whose name ends with this get stuck
         self.jobs: list[PlayedJob] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -270,6 +272,7 @@ class JobPlayer:
         played.resolve = resolve
         count = int(job["spec"]["completions"])
         started = _now()
+        stuck = bool(self.waiting_reason) and name.endswith(self.waiting_for)
         procs = []
         for index in range(count):
             pod = f"{name}-{index}-{secrets.token_hex(3)[:5]}"
@@ -295,7 +298,7 @@ class JobPlayer:
                     "spec": pod_spec,
                 }
             )
-            if self.waiting_reason:
+            if stuck:
                 status = pod_status(
                     ready=False,
                     phase="Pending",
@@ -327,7 +330,7 @@ class JobPlayer:
                     log,
                 )
             )
-        if self.waiting_reason:
+        if stuck:
             return
         for pod, proc, log in procs:
             try:
