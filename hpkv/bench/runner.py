@@ -868,71 +868,68 @@ class Prompts:
         return [{"role": "user", "content": text}]
 
     async def count(self, text: str):
-        """Tokens of ``text`` as a whole prompt (BOS and, for chat, the template included)."""
-        if self.method == "tokenize":
-            payload = {"messages": self.messages(text)} if self.chat else {"prompt": text}
-            if self.model:
-                payload["model"] = self.model
-            try:
-                result = await self.http.json(self.target, "POST", "/tokenize", payload)
-                return int(result["count"]) if "count" in result else len(result["tokens"])
-            except (HttpError, KeyError, TypeError, ValueError) as exc:
-                log(f"/tokenize unavailable ({exc}); calibrating with usage.prompt_tokens")
-                self.method = "usage"
-        return await self._probe_count(text)
-
-    async def _probe_count(self, text: str) -> int:
-        path = "/v1/chat/completions" if self.chat else "/v1/completions"
-        body = request_body(self.model, text, self.chat, 1, stream=False)
-        result = await self.http.json(self.target, "POST", path, body)
+        """Tokens of ``text`` as a whole prompt (BOS and, for chat, the template included), or None
+        when the server has no /tokenize. Never sends ``text`` as a request: that would cache it."""
+        if self.method != "tokenize":
+            return None
+        payload = {"messages": self.messages(text)} if self.chat else {"prompt": text}
+        if self.model:
+            payload["model"] = self.model
         try:
-            return int(result["usage"]["prompt_tokens"])
-        except (KeyError, TypeError, ValueError):
-            raise BenchError(
-                "the server has no /tokenize endpoint and returns no usage.prompt_tokens"
-            ) from None
+            result = await self.http.json(self.target, "POST", "/tokenize", payload)
+            return int(result["count"]) if "count" in result else len(result["tokens"])
+        except (HttpError, KeyError, TypeError, ValueError) as exc:
+            log(f"/tokenize unavailable ({exc}); calibrating with usage.prompt_tokens")
+            self.method = "usage"
+            return None
 
     async def exact(self, key: str, tokens: int, head: str = "") -> tuple:
-        """(text, token count, exact?) for a prompt of ``tokens`` tokens starting with ``head``."""
-        if self.method == "usage":
-            words = await self._words_for(tokens)
-            text = head + self.text(key, words)
-            return text, None, False
+        """(text, token count or None, exact?) for a prompt of ``tokens`` tokens after ``head``."""
         words = max(1, tokens - 12)
         best = None
         for _ in range(12):
             text = head + self.text(key, words)
             count = await self.count(text)
-            if self.method == "usage":
-                return await self.exact(key, tokens, head)
+            if count is None:
+                break
             if best is None or abs(count - tokens) < abs(best[1] - tokens):
                 best = (text, count)
             if count == tokens:
                 return text, count, True
             step = tokens - count
             words = max(1, words + (step if abs(step) > 1 else (1 if step > 0 else -1)))
-        return best[0], best[1], False
+        else:
+            return best[0], best[1], False
+        words = await self._words_for(tokens)
+        return head + self.text(key, words), None, False
 
     async def _words_for(self, tokens: int) -> int:
+        """Words for ``tokens`` tokens from one probe request's usage (a prompt of its own)."""
         if self._tokens_per_word is None:
+            path = "/v1/chat/completions" if self.chat else "/v1/completions"
             probe = self.text("calibration", 200)
-            count = await self._probe_count(probe)
+            body = request_body(self.model, probe, self.chat, 1, stream=False)
+            result = await self.http.json(self.target, "POST", path, body)
+            try:
+                count = int(result["usage"]["prompt_tokens"])
+            except (KeyError, TypeError, ValueError):
+                raise BenchError(
+                    "the server has no /tokenize endpoint and returns no usage.prompt_tokens"
+                ) from None
             self._tokens_per_word = max(0.2, count / 203.0)
         return max(1, round(tokens / self._tokens_per_word) - 4)
 
     async def words_for_suffix(self, prefix: str, tokens: int, sample_key: str) -> int:
         """Words a suffix needs to add about ``tokens`` tokens after ``prefix``."""
-        if self.method == "usage":
-            return await self._words_for(tokens)
         base = await self.count(prefix)
         words = max(1, tokens - 4)
         for _ in range(8):
-            count = await self.count(prefix + "\n" + self.text(sample_key, words)) - base
-            if self.method == "usage":
+            total = await self.count(prefix + "\n" + self.text(sample_key, words))
+            if base is None or total is None:
                 return await self._words_for(tokens)
-            if count == tokens:
+            if total - base == tokens:
                 break
-            words = max(1, words + (tokens - count))
+            words = max(1, words + (tokens - (total - base)))
         return words
 
 

@@ -189,7 +189,13 @@ def test_without_tokenize_prompt_lengths_come_from_usage(tmp_path: Path) -> None
     with FakeCluster(pods=2, tokenize_endpoint=False) as fake:
         spec = spec_for(fake, crossPod={"lengths": [300], "repetitions": 1})
         result = asyncio.run(runner.run_scenario(spec, "cross-pod"))
+        truth = fake.truth_by_id()
     assert result["parameters"]["tokenCounts"] == "usage"
+    # calibration used a prompt of its own: nothing measured was cached beforehand
+    for record in result["requests"]:
+        served = truth[record["id"]]
+        if record["role"] != "warm":
+            assert (served.l0_hit, served.external_hit) == (0, 0), served
     prompt = [r["promptTokens"] for r in result["requests"]]
     assert all(abs(p - 300) <= 15 for p in prompt), prompt  # calibrated, then measured exactly
     warm = next(r for r in result["requests"] if r["role"] == "warm")
