@@ -111,6 +111,26 @@ def run_in_cluster(
     return load_result(result.stdout), kubelet, json.loads(result.stdout)["files"]
 
 
+def from_here_with_endpoint(scenario: Scenario, *args: str) -> dict[str, Any]:
+    """`hpkv bench run --endpoint demo --from-here ARGS -o json` (pods reached through the
+    HPKV_INCLUSTER_ROUTES port-forward map); the result document."""
+    out = str(scenario.workdir / "out")
+    result = scenario.hpkv(
+        "bench",
+        "run",
+        "--endpoint",
+        "demo",
+        "--from-here",
+        *args,
+        "-o",
+        "json",
+        "--results-dir",
+        out,
+    )
+    assert result.exit_code == 0, result
+    return load_result(result.stdout)
+
+
 def load_result(stdout: str) -> dict[str, Any]:
     payload = json.loads(stdout)
     return results.load(payload["files"]["result"])
@@ -324,24 +344,8 @@ def test_from_here_through_port_forwards_writes_nothing_in_the_cluster(
     scenario: Scenario, played: PlayedEndpoint
 ) -> None:
     mark = scenario.mark()
-    result = scenario.hpkv(
-        "bench",
-        "run",
-        "--endpoint",
-        "demo",
-        "--from-here",
-        "--lengths",
-        "500,1000",
-        *SHARED,
-        *TURNS,
-        "-o",
-        "json",
-        "--results-dir",
-        str(scenario.workdir / "out"),
-    )
-    assert result.exit_code == 0, result
+    doc = from_here_with_endpoint(scenario, "--lengths", "500,1000", *SHARED, *TURNS)
     assert scenario.writes_since(mark) == []
-    doc = load_result(result.stdout)
     assert doc["inputs"]["location"] == "from-here"
     assert doc["inputs"]["urls"]["router"] == played.cluster.router_url
     cross = results.scenario(doc, "cross-pod")
@@ -360,25 +364,10 @@ def test_from_here_through_port_forwards_writes_nothing_in_the_cluster(
 def test_l2_read_time_falls_back_to_lmcache_log_lines(
     scenario: Scenario, played: PlayedEndpoint
 ) -> None:
-    result = scenario.hpkv(
-        "bench",
-        "run",
-        "--endpoint",
-        "demo",
-        "--from-here",
-        "-s",
-        "cross-pod",
-        "--lengths",
-        "600",
-        "--repetitions",
-        "2",
-        "-o",
-        "json",
-        "--results-dir",
-        str(scenario.workdir / "out"),
+    doc = from_here_with_endpoint(
+        scenario, "-s", "cross-pod", "--lengths", "600", "--repetitions", "2"
     )
-    assert result.exit_code == 0, result
-    cross = results.scenario(load_result(result.stdout), "cross-pod")
+    cross = results.scenario(doc, "cross-pod")
     assert cross is not None
     truth = played.cluster.truth_by_id()
     warm = [r for r in cross["requests"] if r["role"] == "warm"]
