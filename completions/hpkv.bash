@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --endpoint --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --restart --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -e -n -o "
+    local value_opts=" --answer-tokens --api --cached-fraction --chart --clients --cluster --concurrency --config --context --context-tokens --driver --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --lengths --max-model-len --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -10,6 +10,7 @@ _hpkv_completion() {
             continue
         fi
         case "$cmdpath|$word" in
+            "|bench") cmdpath="bench" ;;
             "|curvine") cmdpath="curvine" ;;
             "|endpoint") cmdpath="endpoint" ;;
             "|l2") cmdpath="l2" ;;
@@ -17,6 +18,9 @@ _hpkv_completion() {
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
+            "bench|compare") cmdpath="bench compare" ;;
+            "bench|report") cmdpath="bench report" ;;
+            "bench|run") cmdpath="bench run" ;;
             "curvine|apply") cmdpath="curvine apply" ;;
             "curvine|remove") cmdpath="curvine remove" ;;
             "curvine|status") cmdpath="curvine status" ;;
@@ -38,6 +42,8 @@ _hpkv_completion() {
     case "$prev" in
         --config) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --kubeconfig) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
+        --results-dir) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
+        --results-dir) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
@@ -45,7 +51,11 @@ _hpkv_completion() {
     esac
     local words
     case "$cmdpath" in
-        "") words="curvine endpoint l2 operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="bench curvine endpoint l2 operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "bench") words="compare report run --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "bench compare") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --seed --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "bench report") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --results-dir --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "bench run") words="--answer-tokens --api --clients --cluster --concurrency --config --context --debug --driver --dry-run --endpoint --first-turn-tokens --from-here --help --image --keep-job --kubeconfig --lengths --max-tokens --model --namespace --no-wait --output --output-tokens --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --rate --region --repetitions --request-timeout --requests --results-dir --scenario --seed --sessions --settle-timeout --suffix-tokens --system-tokens --timeout --tokenizer --turn-tokens --turns --url --users --verbose --version --via --wait --yes -h -n -o -s -v -y" ;;
         "curvine") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

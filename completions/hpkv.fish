@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --endpoint --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --max-model-len --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --restart --routing-strategy --rps --seed --skew --strategy --template --timeout --tokens --tp --trace --turns --users --workload -e -n -o
+    set -l value_opts --answer-tokens --api --cached-fraction --chart --clients --cluster --concurrency --config --context --context-tokens --driver --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --lengths --max-model-len --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -16,6 +16,8 @@ function __hpkv_path
             continue
         end
         switch "$cmdpath|$word"
+            case '|bench'
+                set cmdpath 'bench'
             case '|curvine'
                 set cmdpath 'curvine'
             case '|endpoint'
@@ -30,6 +32,12 @@ function __hpkv_path
                 set cmdpath 'simulate'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
+            case 'bench|compare'
+                set cmdpath 'bench compare'
+            case 'bench|report'
+                set cmdpath 'bench report'
+            case 'bench|run'
+                set cmdpath 'bench run'
             case 'curvine|apply'
                 set cmdpath 'curvine apply'
             case 'curvine|remove'
@@ -68,6 +76,7 @@ function __hpkv_path
 end
 
 complete -c hpkv -f
+complete -c hpkv -n "test (__hpkv_path) = ''" -a bench -d "Stage 5: benchmark an inference endpoint — cross-pod L2 hits, TTFT spe"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a curvine -d "Stage 3: the EBS CSI driver and Curvine, the shared NVMe cache (L2), v"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a endpoint -d "Inference endpoints: InferenceEndpointConfigs the HyperPod Inference O"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a l2 -d "Stage 4: wire inference pods to the Curvine L2 (LMCache fs connector),"
@@ -90,6 +99,113 @@ complete -c hpkv -n "test (__hpkv_path) = ''" -l verbose -s v -d "More progress 
 complete -c hpkv -n "test (__hpkv_path) = ''" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -a compare -d "Side-by-side deltas (B - A) with 95% bootstrap confidence intervals."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -a report -d "Re-render report.md and the charts of a saved result."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -a run -d "Run benchmark scenarios against an endpoint and write result.json, rep"
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l seed -r -d "Bootstrap seed."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench compare'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l results-dir -r -F -d "Where to write report.md and charts (default: beside the result)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench report'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l endpoint -r -d "InferenceEndpointConfig to benchmark."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l namespace -s n -r -d "Its namespace (default: found by name)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l scenario -s s -r -d "cross-pod, shared-prefix, multi-turn or all (repeat or comma-separate;"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l from-here -d "Run the client on this machine (small tests) instead of as a Job in th"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l url -r -d "With --from-here: where load scenarios send requests (the router)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l pod-url -r -d "With --from-here: a worker pods URL; repeat (pod A, pod B, ...)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l clients -r -d "Client pods for the load scenarios (an Indexed Job; they start togethe"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l results-dir -r -F -d "Where result.json, report.md and charts go (a folder per run; default "
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l api -r -d "completions or chat (OpenAI API, streaming)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l model -r -d "Model id to request (default: the servers /v1/models)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l port -r -d "The workers vLLM port (default: the endpoints modelInvocationPort)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l image -r -d "Runner image (default: the endpoints serving image; needs python3)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l seed -r -d "Seed for request order and arrivals."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l keep-job -d "Keep the runner Job(s) and ConfigMap for inspection."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l request-timeout -r -d "Limit per request."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l lengths -r -d "cross-pod: prompt lengths in tokens [default: 500,1000,1500,2000,2500,"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l repetitions -r -d "cross-pod: repetitions per length [default: 3]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l max-tokens -r -d "cross-pod: output tokens per request [default: 5]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l settle-timeout -r -d "cross-pod: longest wait for pod As L2 write before asking pod B [defau"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l pod-a -r -d "cross-pod: pod that computes the prompt first."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l pod-b -r -d "cross-pod: pod that reuses it (default: one on another node)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l prefixes -r -d "shared-prefix: shared system prompts [default: 4]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l prefix-tokens -r -d "shared-prefix: tokens per shared prompt [default: 1000]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l users -r -d "shared-prefix: users with unique suffixes [default: 32]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l suffix-tokens -r -d "shared-prefix: tokens per unique suffix [default: 100]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l requests -r -d "shared-prefix: requests in total [default: 128]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l concurrency -r -d "shared-prefix: requests in flight, over all clients [default: 8]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l rate -r -d "shared-prefix: Poisson arrivals per second instead of a closed loop (w"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l output-tokens -r -d "shared-prefix: output tokens per request [default: 32]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l driver -r -d "shared-prefix: hpkvs runner, or the serving images vllm bench serve (p"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l tokenizer -r -d "shared-prefix with --driver vllm: the tokenizer vllm bench serve loads"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l via -r -d "shared-prefix, multi-turn: go through the routing service, or round-ro"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l sessions -r -d "multi-turn: concurrent sessions [default: 8]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l turns -r -d "multi-turn: turns per session [default: 4]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l system-tokens -r -d "multi-turn: shared system prompt, tokens (0: none) [default: 500]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l first-turn-tokens -r -d "multi-turn: first question, tokens [default: 500]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l turn-tokens -r -d "multi-turn: later questions, tokens [default: 200]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l answer-tokens -r -d "multi-turn: answer length, tokens [default: 64]."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'bench run'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a apply -d "Install or converge the EBS CSI add-on, the curvine-csi and curvine ch"
 complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a remove -d "Delete the L2 PVCs and StorageClass and uninstall both charts, after c"
 complete -c hpkv -n "test (__hpkv_path) = 'curvine'" -a status -d "Check the EBS CSI add-on, the releases, the master (Active), workers, "

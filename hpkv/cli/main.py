@@ -147,13 +147,14 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import curvine, endpoint, l2, operator, sizing, tiered_storage
+    from hpkv.cli import bench, curvine, endpoint, l2, operator, sizing, tiered_storage
 
     # stages, in run order
     app.add_typer(tiered_storage.app, name="tiered-storage")
     app.add_typer(operator.app, name="operator")
     app.add_typer(curvine.app, name="curvine")
     app.add_typer(l2.app, name="l2")
+    app.add_typer(bench.app, name="bench")
     # inference endpoints
     app.add_typer(endpoint.app, name="endpoint")
     # sizing

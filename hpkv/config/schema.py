@@ -34,6 +34,7 @@ SECTION_MODULES: dict[str, str] = {
     "curvine": "hpkv.stages.curvine",
     "operator": "hpkv.stages.operator",
     "l2": "hpkv.stages.l2",
+    "bench": "hpkv.bench",
 }
 
 _REGION = r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$"

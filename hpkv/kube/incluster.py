@@ -54,6 +54,11 @@ def _routes() -> dict[str, str]:
     )
 
 
+def route(namespace: str, kind: str, name: str, port: int | str) -> str | None:
+    """The base URL ``HPKV_INCLUSTER_ROUTES`` maps this service/pod port to, if any."""
+    return _routes().get(f"{namespace}/{kind}/{name}:{port}")
+
+
 class InClusterHttp:
     def __init__(self, kube: KubeClients, *, timeout: float = 10.0) -> None:
         self.kube = kube
