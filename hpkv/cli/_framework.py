@@ -146,6 +146,10 @@ class HpkvGroup(TyperGroup):
                 **extra,
             )
             code = result if isinstance(result, int) else ExitCode.OK
+            if code == ExitCode.INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
+                _fail(
+                    "interrupted. Fix: rerun the same command to continue; every stage is idempotent"
+                )
         except click_exceptions.UsageError as exc:
             code = self._usage_error(exc)
         except click_exceptions.ClickException as exc:
@@ -160,7 +164,7 @@ class HpkvGroup(TyperGroup):
             _fail(exc.one_line())
             code = ExitCode.STATUS_UNKNOWN if self.invocation.is_status else exc.exit_code
         except KeyboardInterrupt:
-            _fail("interrupted")
+            _fail("interrupted. Fix: rerun the same command to continue; every stage is idempotent")
             code = ExitCode.INTERRUPTED
         except Exception as exc:
             if self.invocation.debug:

@@ -481,12 +481,16 @@ class KubeHarness:
         return f"{prefix}/{resource['name']}/{obj['metadata']['name']}"
 
     def _resource_for(self, api_version: str, kind: str) -> dict[str, Any]:
-        for _attempt in range(2):
+        # A CRD that was just created takes a moment to appear in discovery.
+        deadline = time.monotonic() + 15
+        while True:
             for res in self.resources():
                 if res["groupVersion"] == api_version and res["kind"] == kind:
                     return res
-            self._resources = None  # a CRD may have just been added
-        raise KeyError(f"{kind}.{api_version} is not served")
+            self._resources = None
+            if time.monotonic() > deadline:
+                raise KeyError(f"{kind}.{api_version} is not served")
+            time.sleep(0.1)
 
     def resources(self) -> list[dict[str, Any]]:
         """Every served resource, from aggregated discovery (two requests)."""
