@@ -82,8 +82,64 @@ def read_bench_result(path: Path) -> BenchResult:
     return bench_result(document, where=str(path))
 
 
+BENCH_RESULT_KIND = "HpkvBenchResult"  # hpkv/bench/schema/bench-result-v1.schema.json
+
+
+def flatten_bench_v1(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat view BENCH_FIELDS reads, from an ``hpkv bench`` result (schema 1.x).
+
+    Per-request figures come from every scenario's raw requests; the cold/warm sweep comes from
+    the cross-pod scenario's per-length summary (medians). The bench does not record the tensor
+    parallel size, so it is taken as 1 unless the environment names it.
+    """
+    env = document.get("environment") or {}
+    requests: list[dict[str, Any]] = []
+    sweep: list[dict[str, Any]] = []
+    for scenario in document.get("scenarios") or []:
+        for request in scenario.get("requests") or []:
+            if (
+                request.get("ok")
+                and request.get("ttftMs") is not None
+                and request.get("promptTokens")
+            ):
+                requests.append(
+                    {
+                        "promptTokens": request["promptTokens"],
+                        "ttftMs": request["ttftMs"],
+                        "hitTokens": request.get("hitTokens") or request.get("cachedTokens") or 0,
+                    }
+                )
+        if scenario.get("name") == "cross-pod":
+            for row in (scenario.get("summary") or {}).get("byLength") or []:
+                cold, warm = row.get("coldTtftMs") or {}, row.get("warmTtftMs") or {}
+                if (
+                    row.get("promptTokens")
+                    and cold.get("p50") is not None
+                    and warm.get("p50") is not None
+                ):
+                    hit = row.get("hitTokens")
+                    sweep.append(
+                        {  # summaries hold medians: whole token counts as floats
+                            "promptTokens": round(row["promptTokens"]),
+                            "coldTtftMs": cold["p50"],
+                            "warmTtftMs": warm["p50"],
+                            "hitTokens": round(hit) if hit is not None else None,
+                        }
+                    )
+    return {
+        "model": env.get("model") or env.get("modelName"),
+        "instanceType": env.get("instanceType"),
+        "replicas": env.get("replicas"),
+        "tp": env.get("tensorParallelSize") or 1,
+        "requests": requests,
+        "sweep": sweep,
+    }
+
+
 def bench_result(document: Mapping[str, Any], *, where: str = "bench result") -> BenchResult:
     """The figures replay needs, from a bench result document (see BENCH_FIELDS)."""
+    if document.get("kind") == BENCH_RESULT_KIND:
+        document = flatten_bench_v1(document)
     setup = {key: _lookup(document, paths) for key, paths in BENCH_FIELDS.items()}
     missing = [k for k in ("model", "instanceType") if not setup[k]]
     if missing:

@@ -120,3 +120,88 @@ def test_missing_or_malformed_fields_are_usage_errors(tmp_path: Path) -> None:
     bad.write_text("[1]")
     with pytest.raises(UsageError, match="not a JSON object"):
         read_bench_result(bad)
+
+
+def bench_v1_document(cost: CostModel) -> dict[str, Any]:
+    """The same measurements in the real ``hpkv bench`` result format (validated below)."""
+    from hpkv.bench.results import new_result, summarize_cross_pod
+
+    inputs = {
+        "scenarios": ["cross-pod"],
+        "location": "in-cluster",
+        "clients": 1,
+        "api": "completions",
+        "seed": 1,
+    }
+    environment = {
+        "model": "Qwen/Qwen2-7B-Instruct",
+        "instanceType": "ml.g5.4xlarge",
+        "replicas": 2,
+        "image": "vllm/vllm-openai:latest",
+    }
+    result = new_result("run-1", inputs=inputs, environment=environment)
+    requests = []
+    for n in (600, 1200, 2500):
+        hit = cost.lmcache_hit(n)
+        common = {
+            "ok": True,
+            "client": 0,
+            "length": n,
+            "rep": 0,
+            "promptTokens": n,
+            "startS": 0.0,
+            "e2eMs": 900.0,
+        }
+        requests.append({**common, "role": "seed", "target": "a", "ttftMs": cost.cold_ttft_ms(n)})
+        requests.append(
+            {
+                **common,
+                "role": "warm",
+                "target": "b",
+                "ttftMs": cost.warm_ttft_ms(n),
+                "hitTokens": hit,
+            }
+        )
+        requests.append(
+            {
+                **common,
+                "role": "cold",
+                "target": "b",
+                "ttftMs": cost.cold_ttft_ms(n),
+                "hitTokens": 0,
+            }
+        )
+    scenario = {
+        "name": "cross-pod",
+        "driver": "hpkv",
+        "clients": 1,
+        "startedAt": result["createdAt"],
+        "finishedAt": result["createdAt"],
+        "durationS": 1.0,
+        "parameters": {"lengths": [600, 1200, 2500]},
+        "requests": requests,
+    }
+    scenario["summary"] = summarize_cross_pod(scenario)
+    result["scenarios"].append(scenario)
+    return result  # fmt: skip
+
+
+def test_replay_reads_the_real_bench_result_format(tmp_path: Path) -> None:
+    from hpkv.bench.results import validation_errors
+
+    cost = measured_cost()
+    document = bench_v1_document(cost)
+    assert validation_errors(document) == []
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(document))
+    bench = read_bench_result(path)
+    assert (bench.model, bench.instance_type, bench.replicas, bench.tp) == (
+        "Qwen/Qwen2-7B-Instruct", "ml.g5.4xlarge", 2, 1,
+    )  # fmt: skip
+    assert [row[0] for row in bench.sweep] == [600, 1200, 2500]
+    cold, warm = bench.sweep[1][1], bench.sweep[1][2]
+    assert cold == pytest.approx(cost.cold_ttft_ms(1200)) and warm == pytest.approx(
+        cost.warm_ttft_ms(1200)
+    )
+    assert bench.sweep[2][3] == cost.lmcache_hit(2500)
+    assert len(bench.requests) == 9
