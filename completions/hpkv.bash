@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o "
+    local value_opts=" --answer-tokens --bundle --cached-fraction --chart --check-timeout --cluster --config --context --context-tokens --deadline --ebs-csi-role --instance-type --interval --iterations --kubeconfig --kvaware-threshold --l2-ttl --log-lines --max-size --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --stage --strategy --timeout --tokens --tp --trace --turns --users --workload -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -10,8 +10,10 @@ _hpkv_completion() {
             continue
         fi
         case "$cmdpath|$word" in
+            "|diagnose") cmdpath="diagnose" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
+            "|status") cmdpath="status" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
             "tiered-storage|apply") cmdpath="tiered-storage apply" ;;
             "tiered-storage|remove") cmdpath="tiered-storage remove" ;;
@@ -21,15 +23,18 @@ _hpkv_completion() {
     case "$prev" in
         --config) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --kubeconfig) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
+        --bundle) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
     esac
     local words
     case "$cmdpath" in
-        "") words="plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="diagnose plan simulate status tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "diagnose") words="--bundle --check-timeout --cluster --config --context --deadline --debug --dry-run --ebs-csi-role --help --iam --kubeconfig --list --log-lines --max-size --no-wait --output --profile --region --stage --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "plan") words="--cached-fraction --cluster --config --context --debug --dry-run --help --instance-type --kubeconfig --memory-percent --model --no-wait --output --output-tokens --profile --prompt-tokens --region --replicas --rps --timeout --tokens --tp --verbose --version --wait --yes -h -o -v -y" ;;
         "simulate") words="--answer-tokens --chart --cluster --config --context --context-tokens --debug --dry-run --help --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --no-chart --no-wait --output --overlap --prefix-tokens --prefixes --profile --question-tokens --rate --region --replay --replicas --requests --seed --skew --strategy --timeout --tp --trace --turns --users --verbose --version --wait --workload --yes -h -o -v -y" ;;
+        "status") words="--check-timeout --cluster --config --context --deadline --debug --dry-run --help --interval --iterations --kubeconfig --no-wait --output --profile --region --stage --timeout --verbose --version --wait --watch --yes -h -o -v -w -y" ;;
         "tiered-storage") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --memory-percent --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage remove") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o
+    set -l value_opts --answer-tokens --bundle --cached-fraction --chart --check-timeout --cluster --config --context --context-tokens --deadline --ebs-csi-role --instance-type --interval --iterations --kubeconfig --kvaware-threshold --l2-ttl --log-lines --max-size --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --stage --strategy --timeout --tokens --tp --trace --turns --users --workload -o
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -16,10 +16,14 @@ function __hpkv_path
             continue
         end
         switch "$cmdpath|$word"
+            case '|diagnose'
+                set cmdpath 'diagnose'
             case '|plan'
                 set cmdpath 'plan'
             case '|simulate'
                 set cmdpath 'simulate'
+            case '|status'
+                set cmdpath 'status'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
             case 'tiered-storage|apply'
@@ -34,8 +38,10 @@ function __hpkv_path
 end
 
 complete -c hpkv -f
+complete -c hpkv -n "test (__hpkv_path) = ''" -a diagnose -d "Look for known failures (exit 0 none, 1 warnings, 2 critical, 3 a dete"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
+complete -c hpkv -n "test (__hpkv_path) = ''" -a status -d "Check every stage at once: one table, one overall state (exit 0 OK, 1 "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
 complete -c hpkv -n "test (__hpkv_path) = ''" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l region -r -d "AWS region (default: AWS_REGION / profile)."
@@ -52,6 +58,31 @@ complete -c hpkv -n "test (__hpkv_path) = ''" -l verbose -s v -d "More progress 
 complete -c hpkv -n "test (__hpkv_path) = ''" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l iam -d "IAM preflight instead of the detectors: simulate every action hpkv nee"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l ebs-csi-role -r -d "With --iam: the EBS CSI drivers role (default: from the IRSA annotatio"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l bundle -r -F -d "Also write a redacted support bundle (objects, events, logs, findings)"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l max-size -r -d "Size cap of the bundle, e.g. 25MiB."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l log-lines -r -d "Log lines per container in the bundle."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l list -d "List the detectors and their finding ids; read nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l stage -r -d "Only this section (repeatable): cluster, tiered-storage, ... (default:"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l check-timeout -r -d "Give up on a check after this long; it reads UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l deadline -r -d "Overall limit; checks still running then read UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l model -r -d "Catalog key (qwen2-7b, qwen2.5-32b, llama-3.1-8b, llama-3.1-70b, ...),"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l instance-type -r -d "e.g. ml.g6e.4xlarge, ml.g5.12xlarge, ml.p5.48xlarge (default sizing.in"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l replicas -r -d "vLLM replicas (default sizing.replicas, else 2)."
@@ -119,6 +150,28 @@ complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l verbose -s v -d "More p
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l watch -s w -d "Refresh until interrupted (Ctrl-C)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l interval -r -d "Time between refreshes with --watch."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l iterations -r -d "With --watch: stop after N refreshes (default: until interrupted)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l stage -r -d "Only this section (repeatable): cluster, tiered-storage, ... (default:"
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l check-timeout -r -d "Give up on a check after this long; it reads UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l deadline -r -d "Overall limit; checks still running then read UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a apply -d "Enable Tiered Storage (UpdateCluster; NodeRecovery is sent back unchan"
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a remove -d "Disable Tiered Storage (Mode=Disable), after confirmation."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a status -d "Show the API state, the memory percentage and the ai-toolkit DaemonSet"

@@ -154,6 +154,10 @@ def _register() -> None:
 
     app.command("plan")(sizing.plan)
     app.command("simulate")(sizing.simulate)
+    from hpkv.cli import diagnose, status
+
+    app.command("status")(status.status)
+    app.command("diagnose")(diagnose.diagnose)
 
 
 _register()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def all_extensions() -> list[type]:
     from tests.harness.aws.extensions.eks import EksExtension
+    from tests.harness.aws.extensions.iam import IamExtension
     from tests.harness.aws.extensions.sagemaker import SageMakerExtension
 
-    return [SageMakerExtension, EksExtension]
+    return [SageMakerExtension, EksExtension, IamExtension]
