@@ -77,12 +77,27 @@ def scope_namespaces(ctx: RunContext) -> list[str]:
 
 
 def endpoint_namespaces(ctx: RunContext) -> list[str]:
-    from hpkv import topology
-
-    endpoints = ctx.memo("kube:endpoints", lambda: topology.list_endpoints(ctx.kube))
-    names = {e.namespace for e in endpoints}
+    """Namespaces of InferenceEndpointConfigs and of LMCache pods."""
+    names = set(ctx.memo("kube:endpoint-namespaces", lambda: _endpoint_config_namespaces(ctx)))
     names.update(pod.metadata.namespace for pod, _c, _env in lmcache_containers(ctx))
     return sorted(names)
+
+
+def _endpoint_config_namespaces(ctx: RunContext) -> list[str]:
+    # One list call (no API discovery); a 404 means the operator's CRD is not installed.
+    from hpkv import topology
+    from hpkv.kube import is_status, kube_errors
+
+    with kube_errors("list InferenceEndpointConfigs"):
+        try:
+            listed = ctx.kube.custom.list_cluster_custom_object(
+                topology.INFERENCE_GROUP, topology.INFERENCE_VERSION, topology.ENDPOINT_PLURAL
+            )
+        except Exception as exc:
+            if is_status(exc, 404):
+                return []
+            raise
+    return sorted({item["metadata"]["namespace"] for item in listed.get("items", [])})
 
 
 def scoped_pods(ctx: RunContext) -> list[Any]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from hpkv.health import detectors
 from tests.harness.aws import Fault
-from tests.harness.play import add_pod, container_status
+from tests.harness.play import add_pod, container_status, ensure_namespace
 from tests.health.conftest import (
     CURVINE_NS,
     ENDPOINT_NS,
@@ -420,3 +422,42 @@ def test_a_detector_without_an_answer_reads_unknown_without_hanging(
     failed = {d["id"]: d["error"] for d in doc["detectors"] if d["result"] == "failed"}
     assert "no answer within 1s" in failed["tiered-storage.node-recovery-missing"]
     assert code == 3 and doc["state"] == "UNKNOWN"
+
+
+def test_pods_are_inspected_in_endpoint_namespaces_only(
+    installation: Installation, shared_dir: Path
+) -> None:
+    """An InferenceEndpointConfig's namespace is in scope; an unrelated namespace is not."""
+    upstream = shared_dir / "upstream" / "hyperpod-inference-operator"
+    crd = yaml.safe_load(
+        (upstream / "inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml").read_text()
+    )
+    crd["spec"]["conversion"] = {"strategy": "None"}  # the upstream file is a Helm template
+    installation.kube.apply_object(crd)
+    text = (upstream / "sample_v1_llama31_8b_kv_cache_l1_l2.yaml").read_text()
+    for placeholder, value in {
+        "<PLACEHOLDER_TLS_CERT_S3_URI>": "s3://hyperpod-tls-demo/certs",
+        "<PLACEHOLDER_MODEL_STORAGE_BUCKET>": "models-bucket",
+        "<PLACEHOLDER_L2_CACHE_LOCAL_URL>": "redis://redis.ns-team-a.svc.cluster.local:6379",
+    }.items():
+        text = text.replace(placeholder, value)
+    sample = yaml.safe_load(text)
+    ensure_namespace(installation.kube, sample["metadata"]["namespace"])
+    installation.kube.wait_until(
+        lambda: _served(installation), what="the InferenceEndpointConfig CRD to be served"
+    )
+    installation.kube.apply_object(sample)
+    crashing = [container_status("main", waiting="CrashLoopBackOff", restarts=9, last_exit=2)]
+    for namespace in (sample["metadata"]["namespace"], "unrelated"):
+        add_pod(
+            installation.kube, namespace, "web-0", node=installation.nodes[0], statuses=crashing
+        )
+    _code, doc = installation.diagnose()
+    assert [f["objects"][0] for f in findings(doc, "pods.crash-looping")] == ["Pod/ns-team-a/web-0"]
+
+
+def _served(installation: Installation) -> bool:
+    status, _body = installation.kube.raw(
+        "GET", "/apis/inference.sagemaker.aws.amazon.com/v1/inferenceendpointconfigs"
+    )
+    return status == 200
