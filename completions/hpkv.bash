@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --api --cached-fraction --chart --clients --cluster --concurrency --config --context --context-tokens --driver --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --lengths --max-model-len --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s "
+    local value_opts=" --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -12,11 +12,13 @@ _hpkv_completion() {
         case "$cmdpath|$word" in
             "|bench") cmdpath="bench" ;;
             "|curvine") cmdpath="curvine" ;;
+            "|diagnose") cmdpath="diagnose" ;;
             "|endpoint") cmdpath="endpoint" ;;
             "|l2") cmdpath="l2" ;;
             "|operator") cmdpath="operator" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
+            "|status") cmdpath="status" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
             "bench|compare") cmdpath="bench compare" ;;
             "bench|report") cmdpath="bench report" ;;
@@ -44,6 +46,7 @@ _hpkv_completion() {
         --kubeconfig) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --results-dir) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --results-dir) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
+        --bundle) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
@@ -51,7 +54,7 @@ _hpkv_completion() {
     esac
     local words
     case "$cmdpath" in
-        "") words="bench curvine endpoint l2 operator plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="bench curvine diagnose endpoint l2 operator plan simulate status tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench") words="compare report run --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench compare") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --seed --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench report") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --results-dir --timeout --verbose --version --wait --yes -h -o -v -y" ;;
@@ -60,6 +63,7 @@ _hpkv_completion() {
         "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "diagnose") words="--bundle --check-timeout --cluster --config --context --deadline --debug --dry-run --ebs-csi-role --help --iam --kubeconfig --list --log-lines --max-size --no-wait --output --profile --region --stage --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "endpoint") words="delete deploy list status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "endpoint delete") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint deploy") words="--cluster --config --context --debug --dry-run --help --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --l1 --l2 --max-model-len --model-name --model-source --namespace --no-l1 --no-l2 --no-routing --no-wait --output --profile --region --replicas --routing --routing-strategy --template --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
@@ -75,6 +79,7 @@ _hpkv_completion() {
         "operator status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "plan") words="--cached-fraction --cluster --config --context --debug --dry-run --help --instance-type --kubeconfig --memory-percent --model --no-wait --output --output-tokens --profile --prompt-tokens --region --replicas --rps --timeout --tokens --tp --verbose --version --wait --yes -h -o -v -y" ;;
         "simulate") words="--answer-tokens --chart --cluster --config --context --context-tokens --debug --dry-run --help --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --no-chart --no-wait --output --overlap --prefix-tokens --prefixes --profile --question-tokens --rate --region --replay --replicas --requests --seed --skew --strategy --timeout --tp --trace --turns --users --verbose --version --wait --workload --yes -h -o -v -y" ;;
+        "status") words="--check-timeout --cluster --config --context --deadline --debug --dry-run --help --interval --iterations --kubeconfig --no-wait --output --profile --region --stage --timeout --verbose --version --wait --watch --yes -h -o -v -w -y" ;;
         "tiered-storage") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --memory-percent --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage remove") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;

@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --api --cached-fraction --chart --clients --cluster --concurrency --config --context --context-tokens --driver --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --kvaware-threshold --l2-ttl --lengths --max-model-len --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s
+    set -l value_opts --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -20,6 +20,8 @@ function __hpkv_path
                 set cmdpath 'bench'
             case '|curvine'
                 set cmdpath 'curvine'
+            case '|diagnose'
+                set cmdpath 'diagnose'
             case '|endpoint'
                 set cmdpath 'endpoint'
             case '|l2'
@@ -30,6 +32,8 @@ function __hpkv_path
                 set cmdpath 'plan'
             case '|simulate'
                 set cmdpath 'simulate'
+            case '|status'
+                set cmdpath 'status'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
             case 'bench|compare'
@@ -78,11 +82,13 @@ end
 complete -c hpkv -f
 complete -c hpkv -n "test (__hpkv_path) = ''" -a bench -d "Stage 5: benchmark an inference endpoint — cross-pod L2 hits, TTFT spe"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a curvine -d "Stage 3: the EBS CSI driver and Curvine, the shared NVMe cache (L2), v"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a diagnose -d "Look for known failures (exit 0 none, 1 warnings, 2 critical, 3 a dete"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a endpoint -d "Inference endpoints: InferenceEndpointConfigs the HyperPod Inference O"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a l2 -d "Stage 4: wire inference pods to the Curvine L2 (LMCache fs connector),"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a operator -d "Stage 2: the HyperPod Inference Operator EKS add-on, its dependency ad"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
+complete -c hpkv -n "test (__hpkv_path) = ''" -a status -d "Check every stage at once: one table, one overall state (exit 0 OK, 1 "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
 complete -c hpkv -n "test (__hpkv_path) = ''" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l region -r -d "AWS region (default: AWS_REGION / profile)."
@@ -275,6 +281,31 @@ complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l verbose -s v -d "
 complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'curvine status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l iam -d "IAM preflight instead of the detectors: simulate every action hpkv nee"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l ebs-csi-role -r -d "With --iam: the EBS CSI drivers role (default: from the IRSA annotatio"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l bundle -r -F -d "Also write a redacted support bundle (objects, events, logs, findings)"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l max-size -r -d "Size cap of the bundle, e.g. 25MiB."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l log-lines -r -d "Log lines per container in the bundle."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l list -d "List the detectors and their finding ids; read nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l stage -r -d "Only this section (repeatable): cluster, tiered-storage, ... (default:"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l check-timeout -r -d "Give up on a check after this long; it reads UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l deadline -r -d "Overall limit; checks still running then read UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a delete -d "Delete an endpoint after confirmation (--wait waits until the operator"
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a deploy -d "Render an InferenceEndpointConfig and create or update it (server-side"
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a list -d "List InferenceEndpointConfigs (all namespaces unless -n is given)."
@@ -588,6 +619,28 @@ complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l verbose -s v -d "More p
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'simulate'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l watch -s w -d "Refresh until interrupted (Ctrl-C)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l interval -r -d "Time between refreshes with --watch."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l iterations -r -d "With --watch: stop after N refreshes (default: until interrupted)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l stage -r -d "Only this section (repeatable): cluster, tiered-storage, ... (default:"
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l check-timeout -r -d "Give up on a check after this long; it reads UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l deadline -r -d "Overall limit; checks still running then read UNKNOWN."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'status'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a apply -d "Enable Tiered Storage (UpdateCluster; NodeRecovery is sent back unchan"
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a remove -d "Disable Tiered Storage (Mode=Disable), after confirmation."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage'" -a status -d "Show the API state, the memory percentage and the ai-toolkit DaemonSet"

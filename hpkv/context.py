@@ -6,10 +6,12 @@ not need AWS, Kubernetes or Helm never import boto3, kubernetes or pyhelm3.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hpkv.errors import UsageError
 from hpkv.output.reporter import NullReporter, Reporter
@@ -70,6 +72,47 @@ def poll_interval(default: float = 15.0) -> float:
     return value if value > 0 else default
 
 
+T = TypeVar("T")
+
+
+class _Entry:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class ReadCache:
+    """Results of shared reads for one health run, loaded once even when threads ask together.
+
+    Errors are remembered too: every check that needs a read which failed reports the same cause
+    without calling the API again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Hashable, _Entry] = {}
+
+    def get(self, key: Hashable, load: Callable[[], T]) -> T:
+        with self._lock:
+            entry = self._entries.get(key)
+            owner = entry is None
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+        if owner:
+            try:
+                entry.value = load()
+            except BaseException as exc:
+                entry.error = exc
+            finally:
+                entry.done.set()
+        else:
+            entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+
 class RunContext:
     def __init__(
         self,
@@ -81,6 +124,27 @@ class RunContext:
         self.options = options or RunOptions()
         self.reporter: Reporter = reporter or NullReporter()
         self._lock = threading.Lock()
+        self.reads: ReadCache | None = None
+
+    def memo(self, key: Hashable, load: Callable[[], T]) -> T:
+        """``load()``, shared by every caller with the same key inside :meth:`shared_reads`."""
+        cache = self.reads
+        return load() if cache is None else cache.get(key, load)
+
+    @contextlib.contextmanager
+    def shared_reads(self) -> Iterator[None]:
+        """Memoize shared reads for the block (nested blocks share the outer cache).
+
+        Only read-only runs (status, diagnose) use this; plans and waits always read afresh.
+        """
+        if self.reads is not None:
+            yield
+            return
+        self.reads = ReadCache()
+        try:
+            yield
+        finally:
+            self.reads = None
 
     def require_cluster(self) -> str:
         cluster = self.settings.cluster

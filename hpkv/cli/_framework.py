@@ -46,7 +46,7 @@ _SHORT_WITH_VALUE = {"-o"}
 _SHORT_FLAGS = {"-y", "-v"}
 
 # Leaf commands whose exit code is a Nagios state: any error is UNKNOWN (3).
-STATUS_COMMANDS = {"status"}
+STATUS_COMMANDS = {"status", "diagnose"}
 
 
 @dataclass

@@ -147,8 +147,21 @@ def root(
 
 
 def _register() -> None:
-    from hpkv.cli import bench, curvine, endpoint, l2, operator, sizing, tiered_storage
+    from hpkv.cli import (
+        bench,
+        curvine,
+        diagnose,
+        endpoint,
+        l2,
+        operator,
+        sizing,
+        status,
+        tiered_storage,
+    )
 
+    # operations across all stages
+    app.command("status")(status.status)
+    app.command("diagnose")(diagnose.diagnose)
     # stages, in run order
     app.add_typer(tiered_storage.app, name="tiered-storage")
     app.add_typer(operator.app, name="operator")

@@ -1,10 +1,11 @@
-"""Reading pod logs (bench runner output, LMCache log lines).
+"""Reading container logs: the one seam for pod logs (diagnose detectors, the support bundle, the
+bench runner's output and LMCache log lines).
 
-On a real cluster logs come from the API server (``GET .../pods/{name}/log``), which asks the
-kubelet. This is the one seam for that access: when ``HPKV_POD_LOGS_DIR`` is set, the log of
-container ``C`` of pod ``ns/name`` is read from ``$HPKV_POD_LOGS_DIR/<ns>/<name>.<C>.log``, falling
-back to ``<ns>/<name>.log``. Tests use it because the test cluster has no kubelet: a test playing the
-kubelet writes the files. An operator can use it to feed saved logs to hpkv.
+On a cluster the logs come from the API server (``GET .../pods/{name}/log``, served by the node's
+kubelet). ``HPKV_POD_LOGS_DIR`` names a directory to read them from instead, laid out as
+``<namespace>/<pod>/<container>.log`` (current) and ``<container>.previous.log`` (the previous
+instance); a missing file means "no such log". Tests use it because the test cluster has no
+kubelets; an operator can point it at logs saved earlier (``kubectl logs > ...``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,83 @@ if TYPE_CHECKING:
     from hpkv.kube import KubeClients
 
 LOGS_DIR_ENV = "HPKV_POD_LOGS_DIR"
+DEFAULT_TAIL_LINES = 1000
+
+
+def read_log(
+    kube: KubeClients,
+    namespace: str,
+    pod: str,
+    container: str,
+    *,
+    previous: bool = False,
+    tail_lines: int | None = DEFAULT_TAIL_LINES,
+    since_seconds: int | None = None,
+    timeout: float = 10.0,
+) -> str | None:
+    """The last ``tail_lines`` lines (all with None) of a container's log; None when there is none.
+
+    "None" covers a container that never ran and, with ``previous``, one that never restarted
+    (the API answers 400 then). Other failures raise HpkvError.
+    """
+    directory = os.environ.get(LOGS_DIR_ENV)
+    if directory:
+        return _from_directory(Path(directory), namespace, pod, container, previous, tail_lines)
+    return _from_api(kube, namespace, pod, container, previous, tail_lines, since_seconds, timeout)
+
+
+def log_path(
+    root: Path, namespace: str, pod: str, container: str, *, previous: bool = False
+) -> Path:
+    name = f"{container}.previous.log" if previous else f"{container}.log"
+    return root / namespace / pod / name
+
+
+def _from_directory(
+    root: Path, namespace: str, pod: str, container: str, previous: bool, tail_lines: int | None
+) -> str | None:
+    path = log_path(root, namespace, pod, container, previous=previous)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    if not tail_lines:
+        return text
+    return "".join(text.splitlines(keepends=True)[-tail_lines:])
+
+
+def _from_api(
+    kube: KubeClients,
+    namespace: str,
+    pod: str,
+    container: str,
+    previous: bool,
+    tail_lines: int | None,
+    since_seconds: int | None,
+    timeout: float,
+) -> str | None:
+    from hpkv.kube import is_status, kube_errors
+
+    kwargs: dict[str, object] = {"container": container, "previous": previous}
+    if tail_lines:
+        kwargs["tail_lines"] = tail_lines
+    if since_seconds:
+        kwargs["since_seconds"] = max(1, int(since_seconds))
+    which = "previous " if previous else ""
+    with kube_errors(f"read the {which}log of {namespace}/{pod} container {container}"):
+        try:
+            return kube.core.read_namespaced_pod_log(
+                pod, namespace, _request_timeout=timeout, **kwargs
+            )
+        except Exception as exc:
+            if is_status(exc, 400) or is_status(exc, 404):
+                return None  # not started yet, never restarted, or gone
+            raise
 
 
 class PodLogs:
+    """Whole logs for callers that need them (the bench): NotFound when there is none."""
+
     def __init__(self, kube: KubeClients) -> None:
         self.kube = kube
 
@@ -30,40 +105,21 @@ class PodLogs:
         namespace: str,
         pod: str,
         *,
-        container: str | None = None,
+        container: str,
         since_seconds: int | None = None,
     ) -> str:
-        """The pod's log text; NotFound when the pod or its log does not exist (yet)."""
-        directory = os.environ.get(LOGS_DIR_ENV)
-        if directory:
-            return _from_directory(Path(directory), namespace, pod, container)
-        return self._from_api(namespace, pod, container, since_seconds)
-
-    def _from_api(
-        self, namespace: str, pod: str, container: str | None, since_seconds: int | None
-    ) -> str:
-        from hpkv.kube import kube_errors
-
-        kwargs: dict[str, object] = {"_preload_content": False}
-        if container:
-            kwargs["container"] = container
-        if since_seconds:
-            kwargs["since_seconds"] = max(1, int(since_seconds))
-        with kube_errors(f"read the log of pod {namespace}/{pod}"):
-            response = self.kube.core.read_namespaced_pod_log(pod, namespace, **kwargs)
-            data = response.data if hasattr(response, "data") else response
-        if isinstance(data, bytes):
-            return data.decode("utf-8", errors="replace")
-        return str(data or "")
-
-
-def _from_directory(root: Path, namespace: str, pod: str, container: str | None) -> str:
-    candidates = [root / namespace / f"{pod}.{container}.log"] if container else []
-    candidates.append(root / namespace / f"{pod}.log")
-    for path in candidates:
-        if path.is_file():
-            return path.read_text(encoding="utf-8", errors="replace")
-    raise NotFound(
-        f"no log for pod {namespace}/{pod} in {root}",
-        fix=f"write {candidates[-1]} or unset {LOGS_DIR_ENV} to read logs from the API server",
-    )
+        text = read_log(
+            self.kube,
+            namespace,
+            pod,
+            container,
+            tail_lines=None,
+            since_seconds=since_seconds,
+            timeout=30.0,
+        )
+        if text is None:
+            raise NotFound(
+                f"no log for container {container} of pod {namespace}/{pod}",
+                fix="check that the pod exists and has started",
+            )
+        return text

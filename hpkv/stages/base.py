@@ -8,6 +8,21 @@ A stage offers:
 * ``apply(plan)`` -> runs the plan's actions in order, then the stage's own wait/verify steps;
 * ``plan_remove(options)`` / ``remove(plan)`` -> the same for teardown.
 
+For ``hpkv status`` and ``hpkv diagnose`` a stage may also offer (all optional, with defaults):
+
+* ``check_functions()`` -> :class:`CheckSpec` objects, each an independently runnable part of
+  ``status()`` (the default wraps ``status()`` as one); ``hpkv status`` runs them concurrently;
+* ``installed()`` -> whether the stage's component exists (``None``: cannot tell); checks and
+  detectors marked ``requires_install`` are then skipped and the stage reads "not installed";
+* ``detectors()`` -> :class:`Detector` objects for ``hpkv diagnose``, each yielding
+  :class:`Finding` objects with a stable id;
+* ``namespaces()`` -> the Kubernetes namespaces the stage owns (diagnose and the support bundle
+  inspect them);
+* a module-level ``IAM_ACTIONS`` list (``hpkv.health.iam.IamNeed``) for ``hpkv diagnose --iam``.
+
+Reads several checks share go through ``ctx.memo`` (see ``hpkv.reads``), so one health run fetches
+each of them once.
+
 Planning only reads. A stage already in its desired state yields a plan whose actions are all
 ``none``, and applying it performs zero mutating API calls. Every action re-reads what it needs, so
 an interrupted apply converges when it is run again.
@@ -69,6 +84,136 @@ class Check:
             "evidence": self.evidence,
             "remediation": self.remediation,
         }
+
+
+CheckFunction = Callable[[], list[Check]]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One independently runnable part of a stage's status.
+
+    ``run`` returns one or more checks (a check over many objects, such as every endpoint, may
+    return one per object). With ``requires_install`` the check is skipped when the stage's
+    ``installed()`` says False.
+    """
+
+    name: str
+    run: CheckFunction = field(compare=False)
+    requires_install: bool = True
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def state(self) -> CheckState:
+        return {"critical": CheckState.FAIL, "warning": CheckState.WARN, "info": CheckState.OK}[
+            self.value
+        ]
+
+    @property
+    def rank(self) -> int:
+        return {"critical": 0, "warning": 1, "info": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A known failure (or its risk) found by a detector: what, where, the evidence and the fix."""
+
+    id: str
+    severity: Severity
+    component: str
+    title: str
+    evidence: str
+    remediation: str
+    stage: str = ""
+    objects: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity.value,
+            "component": self.component,
+            "stage": self.stage,
+            "title": self.title,
+            "evidence": self.evidence,
+            "remediation": self.remediation,
+            "objects": list(self.objects),
+        }
+
+
+@dataclass(frozen=True)
+class Detector:
+    """Looks for one known failure; every finding it returns carries its ``id``.
+
+    ``run`` reads (never writes) and returns the findings, an empty list when all is well.
+    ``requires_install``: skipped when the owning stage's ``installed()`` says False.
+    """
+
+    id: str
+    title: str
+    component: str
+    run: Callable[[], list[Finding]] = field(compare=False)
+    stage: str = ""
+    requires_install: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        detector_id: str,
+        title: str,
+        component: str,
+        detect: Callable[[Detector], list[Finding]],
+        **options: Any,
+    ) -> Detector:
+        """A detector whose ``detect`` function receives it (to build its findings)."""
+        detector = cls(detector_id, title, component, lambda: detect(detector), **options)
+        return detector
+
+    def finding(
+        self,
+        severity: Severity,
+        evidence: str,
+        remediation: str,
+        objects: Iterable[str] = (),
+        *,
+        title: str | None = None,
+    ) -> Finding:
+        return Finding(
+            id=self.id,
+            severity=severity,
+            component=self.component,
+            title=title or self.title,
+            evidence=evidence,
+            remediation=remediation,
+            stage=self.stage,
+            objects=tuple(objects),
+        )
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "stage": self.stage,
+            "component": self.component,
+            "title": self.title,
+        }
+
+
+@dataclass(frozen=True)
+class IamNeed:
+    """An IAM action hpkv calls, on which resource, and why (``hpkv diagnose --iam``).
+
+    ``resource`` is an ARN template with ``{partition}``, ``{region}``, ``{account}``,
+    ``{cluster_arn}``, ``{eks_cluster_arn}`` and ``{eks_cluster}``; ``action`` may end in a
+    wildcard (``eks:Describe*``).
+    """
+
+    action: str
+    resource: str = "*"
+    why: str = ""
 
 
 class Verb(StrEnum):
@@ -193,6 +338,33 @@ class Stage:
     # --- reads -------------------------------------------------------------------------------
     def status(self) -> list[Check]:
         raise NotImplementedError
+
+    def check_functions(self) -> list[CheckSpec]:
+        """The stage's checks as independently runnable parts (default: ``status()`` as one)."""
+        return [CheckSpec(self.name, self.status, requires_install=False)]
+
+    def run_check_functions(self) -> list[Check]:
+        """``status()`` for a stage that implements ``check_functions()``: all of them in turn,
+        each shared read made once."""
+        with self.ctx.shared_reads():
+            return [check for spec in self.check_functions() for check in spec.run()]
+
+    def installed(self) -> bool | None:
+        """Whether the stage's component exists; None when the stage cannot tell."""
+        return None
+
+    def not_installed_check(self) -> Check:
+        return self.check(
+            "installed", CheckState.WARN, "not installed", f"run 'hpkv {self.name} apply'"
+        )
+
+    def detectors(self) -> list[Detector]:
+        """Detectors for ``hpkv diagnose`` (none by default)."""
+        return []
+
+    def namespaces(self) -> list[str]:
+        """Kubernetes namespaces the stage owns (diagnose and the support bundle read them)."""
+        return []
 
     def plan(self, **options: Any) -> Plan:
         raise NotImplementedError

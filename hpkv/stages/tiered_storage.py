@@ -14,10 +14,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hpkv import reads
 from hpkv.aws import sagemaker
+from hpkv.concurrency import fan_out
 from hpkv.context import poll_interval
 from hpkv.errors import HpkvError, PreconditionFailed, UsageError, WaitTimeout
-from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
+from hpkv.stages.base import (
+    Action,
+    ApplyResult,
+    Check,
+    CheckSpec,
+    CheckState,
+    Detector,
+    Finding,
+    IamNeed,
+    Plan,
+    Severity,
+    Stage,
+    Verb,
+)
 
 MIN_PERCENT = 20
 MAX_PERCENT = 100
@@ -40,6 +55,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 CONFIG_DEFAULTS: dict[str, Any] = {"memoryPercent": DEFAULT_PERCENT}
+
+CLUSTER_ARN = "{cluster_arn}"
+IAM_ACTIONS: list[IamNeed] = [
+    IamNeed("sagemaker:DescribeCluster", CLUSTER_ARN, "read TieredStorageConfig and NodeRecovery"),
+    IamNeed("sagemaker:UpdateCluster", CLUSTER_ARN, "enable or disable Tiered Storage"),
+]
 
 
 def validate_percent(value: int) -> int:
@@ -71,19 +92,47 @@ class TieredStorageStage(Stage):
 
     # --- reads -------------------------------------------------------------------------------
     def _cluster(self) -> dict[str, Any]:
-        return sagemaker.describe_cluster(self.ctx.aws, self.ctx.require_cluster())
+        return reads.hyperpod_cluster(self.ctx)
 
     def configured_percent(self) -> int:
         return int(self.ctx.settings.section("tieredStorage").get("memoryPercent", DEFAULT_PERCENT))
 
     def status(self) -> list[Check]:
-        cluster = self._cluster()
-        checks = [self._cluster_check(cluster)]
-        config = current_config(cluster)
-        checks.append(self._config_check(config))
-        checks.append(self._node_recovery_check(cluster))
-        checks.append(self._daemonset_check(expected=is_enabled(config)))
-        return checks
+        return self.run_check_functions()
+
+    def check_functions(self) -> list[CheckSpec]:
+        # All run when tiered storage is off too: they say so, or verify that nothing is left.
+        return [
+            CheckSpec("cluster", lambda: [self._cluster_check(self._cluster())], False),
+            CheckSpec(
+                "tiered-storage",
+                lambda: [self._config_check(current_config(self._cluster()))],
+                False,
+            ),
+            CheckSpec("node-recovery", lambda: [self._node_recovery_check(self._cluster())], False),
+            CheckSpec("ai-toolkit-daemonset", self._daemonset_checks, False),
+        ]
+
+    def installed(self) -> bool | None:
+        return is_enabled(current_config(self._cluster()))
+
+    def namespaces(self) -> list[str]:
+        return [DAEMONSET_NAMESPACE]
+
+    def _daemonset_checks(self) -> list[Check]:
+        # DescribeCluster (is it enabled?) and the Kubernetes reads go out side by side.
+        expected, report = fan_out(
+            [lambda: is_enabled(current_config(self._cluster())), self._daemonset_report_or_error]
+        )
+        if isinstance(report, HpkvError):
+            return [self._daemonset_unknown(report)]
+        return [self._daemonset_check_from(report, expected=expected)]
+
+    def _daemonset_report_or_error(self) -> dict[str, Any] | HpkvError:
+        try:
+            return self.daemonset_report()
+        except HpkvError as exc:
+            return exc
 
     def _cluster_check(self, cluster: dict[str, Any]) -> Check:
         status = cluster.get("ClusterStatus", "unknown")
@@ -142,50 +191,64 @@ class TieredStorageStage(Stage):
         )
 
     def hyperpod_nodes(self) -> list[str]:
-        from hpkv.kube import kube_errors
+        return sorted(
+            n.metadata.name
+            for n in reads.nodes(self.ctx)
+            if (n.metadata.labels or {}).get(HYPERPOD_NODE_LABEL) == HYPERPOD_NODE_VALUE
+        )
 
-        with kube_errors("list HyperPod nodes"):
-            nodes = self.ctx.kube.core.list_node(
-                label_selector=f"{HYPERPOD_NODE_LABEL}={HYPERPOD_NODE_VALUE}"
-            ).items
-        return sorted(n.metadata.name for n in nodes)
-
-    def daemonset_report(self) -> dict[str, Any]:
-        """Desired/ready counts of the ai-toolkit DaemonSet and the HyperPod nodes lacking it."""
+    def _read_daemonset(self) -> Any:
         from hpkv.kube import is_status, kube_errors
 
-        nodes = self.hyperpod_nodes()
         with kube_errors(f"read DaemonSet {DAEMONSET_NAMESPACE}/{DAEMONSET_NAME}"):
             try:
-                ds = self.ctx.kube.apps.read_namespaced_daemon_set(
+                return self.ctx.kube.apps.read_namespaced_daemon_set(
                     DAEMONSET_NAME, DAEMONSET_NAMESPACE
                 )
             except Exception as exc:
                 if is_status(exc, 404):
-                    return {"present": False, "nodes": nodes, "missing": nodes}
+                    return None
                 raise
-            pod_list = self.ctx.kube.core.list_namespaced_pod(
+
+    def _list_daemonset_pods(self) -> Any:
+        from hpkv.kube import kube_errors
+
+        with kube_errors(f"list the {DAEMONSET_NAME} pods"):
+            return self.ctx.kube.core.list_namespaced_pod(
                 DAEMONSET_NAMESPACE, label_selector=f"app={DAEMONSET_NAME}"
             )
+
+    def daemonset_report(self) -> dict[str, Any]:
+        """Desired/ready counts of the ai-toolkit DaemonSet and the HyperPod nodes lacking it.
+
+        ``why`` says, per node lacking a ready pod, what is wrong there.
+        """
+        from hpkv.kube import inspect
+
+        nodes, ds, pod_list = fan_out(
+            [self.hyperpod_nodes, self._read_daemonset, self._list_daemonset_pods]
+        )
+        if ds is None:
+            why = dict.fromkeys(nodes, f"no DaemonSet {DAEMONSET_NAMESPACE}/{DAEMONSET_NAME}")
+            return {"present": False, "nodes": nodes, "missing": nodes, "why": why}
         pods, pods_version = pod_list.items, pod_list.metadata.resource_version
-        ready_nodes = {p.spec.node_name for p in pods if p.spec.node_name and _pod_ready(p)}
+        by_node = {p.spec.node_name: p for p in pods if p.spec.node_name}
+        ready_nodes = {node for node, pod in by_node.items() if inspect.pod_ready(pod)}
+        missing = [n for n in nodes if n not in ready_nodes]
         status = ds.status
         return {
             "present": True,
             "desired": status.desired_number_scheduled or 0,
             "ready": status.number_ready or 0,
             "nodes": nodes,
-            "missing": [n for n in nodes if n not in ready_nodes],
+            "missing": missing,
+            "why": {n: _why_not_ready(by_node.get(n)) for n in missing},
             "pods_version": pods_version,
         }
 
-    def _daemonset_check(self, *, expected: bool) -> Check:
+    def _daemonset_unknown(self, error: HpkvError) -> Check:
         name = f"{DAEMONSET_NAME}-daemonset"
-        try:
-            report = self.daemonset_report()
-        except HpkvError as exc:
-            return self.check(name, CheckState.UNKNOWN, exc.one_line(), "check Kubernetes access")
-        return self._daemonset_check_from(report, expected=expected)
+        return self.check(name, CheckState.UNKNOWN, error.one_line(), "check Kubernetes access")
 
     def _daemonset_check_from(self, report: dict[str, Any], *, expected: bool) -> Check:
         name = f"{DAEMONSET_NAME}-daemonset"
@@ -228,6 +291,77 @@ class TieredStorageStage(Stage):
                 f"nodes need the label {HYPERPOD_NODE_LABEL}={HYPERPOD_NODE_VALUE}",
             )
         return self.check(name, CheckState.OK, f"{evidence}; ready on every HyperPod node")
+
+    # --- diagnose ----------------------------------------------------------------------------
+    def detectors(self) -> list[Detector]:
+        return [
+            Detector.of(
+                "tiered-storage.node-recovery-missing",
+                "UpdateCluster would fail with ValidationException (no NodeRecovery)",
+                "hyperpod-cluster",
+                self._detect_node_recovery_missing,
+                stage=self.name,
+                requires_install=False,
+            ),
+            Detector.of(
+                "tiered-storage.ai-toolkit-not-on-every-node",
+                "ai-toolkit DaemonSet not ready on every HyperPod node",
+                "tiered-storage",
+                self._detect_ai_toolkit_gaps,
+                stage=self.name,
+            ),
+        ]
+
+    def _detect_node_recovery_missing(self, detector: Detector) -> list[Finding]:
+        cluster = self._cluster()
+        if cluster.get("NodeRecovery") is not None:
+            return []
+        name = cluster.get("ClusterName", self.ctx.settings.cluster)
+        return [
+            detector.finding(
+                Severity.WARNING,
+                f"DescribeCluster of '{name}' reports no NodeRecovery; SageMaker rejects "
+                "UpdateCluster with TieredStorageConfig unless NodeRecovery or InstanceGroups is "
+                "sent too, so hpkv cannot enable, resize or disable Tiered Storage",
+                f"set it once: aws sagemaker update-cluster --cluster-name {name} "
+                "--node-recovery Automatic (hpkv then sends it back unchanged)",
+                [f"sagemaker cluster/{name}"],
+            )
+        ]
+
+    def _detect_ai_toolkit_gaps(self, detector: Detector) -> list[Finding]:
+        report = self.daemonset_report()
+        nodes, missing = report["nodes"], report["missing"]
+        if not nodes or not missing:
+            return []
+        impact = (
+            "LMCache on those nodes cannot reach sagemaker-hyperpod://<node-ip>:9200 and runs "
+            "without the L1 tier"
+        )
+        if not report["present"]:
+            return [
+                detector.finding(
+                    Severity.CRITICAL,
+                    f"Tiered Storage is enabled but DaemonSet {DAEMONSET_NAMESPACE}/"
+                    f"{DAEMONSET_NAME} does not exist ({len(nodes)} HyperPod nodes); {impact}",
+                    "wait a few minutes after enabling; if it stays missing, run "
+                    "'hpkv tiered-storage remove' then 'hpkv tiered-storage apply'",
+                    [f"DaemonSet/{DAEMONSET_NAMESPACE}/{DAEMONSET_NAME}"],
+                )
+            ]
+        shown = "; ".join(f"{node}: {report['why'][node]}" for node in missing[:10])
+        more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
+        return [
+            detector.finding(
+                Severity.CRITICAL if len(missing) == len(nodes) else Severity.WARNING,
+                f"not ready on {len(missing)} of {len(nodes)} HyperPod nodes: {shown}{more}; "
+                f"{impact}",
+                f"inspect with 'kubectl -n {DAEMONSET_NAMESPACE} get pods -l app={DAEMONSET_NAME} "
+                "-o wide' and 'kubectl describe' the failing pods; a node without a pod may be "
+                "missing the HyperPod label or be cordoned",
+                [f"Node/{node}" for node in missing],
+            )
+        ]
 
     # --- plan --------------------------------------------------------------------------------
     def _ready_cluster(self) -> dict[str, Any]:
@@ -389,11 +523,16 @@ class TieredStorageStage(Stage):
                 break
 
 
-def _pod_ready(pod: Any) -> bool:
-    for condition in (pod.status.conditions or []) if pod.status else []:
-        if condition.type == "Ready":
-            return condition.status == "True"
-    return False
+def _why_not_ready(pod: Any) -> str:
+    from hpkv.kube import inspect
+
+    if pod is None:
+        return f"no {DAEMONSET_NAME} pod"
+    problems = inspect.container_problems(pod)
+    if problems:
+        return "; ".join(p.describe() for p in problems)
+    phase = pod.status.phase if pod.status else None
+    return f"pod {pod.metadata.name} is {phase or 'unknown'}, not Ready"
 
 
 def _same_config(current: dict[str, Any], desired: dict[str, Any]) -> bool:

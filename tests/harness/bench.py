@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from hpkv.kube.podlogs import log_path
 from tests.harness.fake_vllm import Costs, FakeCluster
 from tests.harness.kube import KubeHarness
 from tests.harness.play import add_nodes, ensure_namespace, pod_status
@@ -87,7 +88,7 @@ class PlayedEndpoint:
     log_dir: Path
 
     def pod_log(self, index: int) -> Path:
-        return self.log_dir / self.namespace / f"{self.pods[index]}.{self.name}.log"
+        return log_path(self.log_dir, self.namespace, self.pods[index], self.name)
 
 
 def play_endpoint(
@@ -108,7 +109,8 @@ def play_endpoint(
     hosts = [f"127.0.0.{i + 2}" for i in range(replicas)]
     port = free_shared_port(hosts)
     pods = [f"{name}-7d9f8b6c5-{secrets.token_hex(3)[:5]}" for _ in range(replicas)]
-    (log_dir / namespace).mkdir(parents=True, exist_ok=True)
+    for pod in pods:
+        log_path(log_dir, namespace, pod, name).parent.mkdir(parents=True, exist_ok=True)
     cluster = FakeCluster(
         pods=replicas,
         hosts=hosts,
@@ -116,7 +118,7 @@ def play_endpoint(
         costs=costs or Costs(),
         router=router,
         names=pods,
-        log_paths=[str(log_dir / namespace / f"{pod}.{name}.log") for pod in pods],
+        log_paths=[str(log_path(log_dir, namespace, pod, name)) for pod in pods],
         process=True,  # its own process: its clocks never wait for this one's GIL
         **cluster_options,
     ).start()
@@ -320,7 +322,7 @@ class JobPlayer:
                 "HPKV_BENCH_RESOLVE": json.dumps(resolve),
             }
             env.update({e["name"]: e["value"] for e in container.get("env", [])})
-            log = (self.log_dir / self.namespace / f"{pod}.runner.log").open("w")
+            log = _open_for_write(log_path(self.log_dir, self.namespace, pod, "runner"))
             procs.append(
                 (
                     pod,
@@ -489,3 +491,8 @@ def assert_cross_pod_recovered(doc: dict[str, Any], cluster: FakeCluster) -> Non
         )
         assert row["hitRate"] == expected_rate
         assert row["coldHitTokens"] == 0
+
+
+def _open_for_write(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("w")

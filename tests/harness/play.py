@@ -181,3 +181,97 @@ def play_daemonset(
         },
         subresource="status",
     )
+
+
+def container_status(
+    name: str = "main",
+    *,
+    ready: bool = True,
+    waiting: str | None = None,
+    message: str = "",
+    restarts: int = 0,
+    last_exit: int | None = None,
+    last_reason: str = "",
+    last_message: str = "",
+    image: str = "example",
+) -> dict[str, Any]:
+    """One containerStatuses entry: running, or waiting with a reason; optionally a last exit."""
+    status: dict[str, Any] = {
+        "name": name,
+        "ready": ready and waiting is None,
+        "restartCount": restarts,
+        "image": image,
+        "imageID": "",
+        "state": {"waiting": {"reason": waiting, "message": message or waiting}}
+        if waiting
+        else {"running": {"startedAt": "2026-11-29T00:00:00Z"}},
+    }
+    if last_exit is not None:
+        status["lastState"] = {
+            "terminated": {
+                "exitCode": last_exit,
+                "reason": last_reason or "Error",
+                "message": last_message,
+                "startedAt": "2026-11-29T00:00:00Z",
+                "finishedAt": "2026-11-29T00:00:05Z",
+            }
+        }
+    return status
+
+
+def add_pod(
+    kube: KubeHarness,
+    namespace: str,
+    name: str,
+    *,
+    node: str | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    statuses: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    phase: str = "Running",
+) -> None:
+    """Create a pod and play its kubelet: write the given container statuses (default: ready).
+
+    ``owner`` is (kind, name) of its controller, e.g. ("ReplicaSet", "web-5d8f9c7b4")."""
+    ensure_namespace(kube, namespace)
+    containers = containers or [{"name": "main", "image": "example"}]
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+    if owner is not None:
+        kind, owner_name = owner
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": kind,
+                "name": owner_name,
+                "uid": f"uid-{owner_name}",
+                "controller": True,
+            }
+        ]
+        if kind == "ReplicaSet":
+            metadata["labels"]["pod-template-hash"] = owner_name.rsplit("-", 1)[-1]
+    body: dict[str, Any] = {"containers": containers, **(spec or {})}
+    if node:
+        body["nodeName"] = node
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+    # A pod's spec is immutable: replace an existing one (at once; no kubelet confirms deletion).
+    kube.raw("DELETE", kube.object_path(pod) + "?gracePeriodSeconds=0")
+    kube.apply_object(pod)
+    statuses = statuses or [
+        container_status(c["name"], image=c.get("image", "example")) for c in containers
+    ]
+    ready = all(s["ready"] for s in statuses)
+    kube.apply_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {
+                "phase": phase,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                "containerStatuses": statuses,
+            },
+        },
+        subresource="status",
+    )

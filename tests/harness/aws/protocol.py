@@ -263,3 +263,27 @@ def error(protocol: str, err: AwsError) -> tuple[int, dict[str, str], bytes]:
     }
     body = json.dumps({"__type": err.code, "message": err.message}).encode()
     return err.status, headers, body
+
+
+def structured_query_params(service: str, action: str, flat: dict[str, Any]) -> dict[str, Any]:
+    """Query-protocol parameters (``ActionNames.member.1=...``) as botocore-shaped data."""
+    from moto.core.parse import QueryParser
+    from moto.core.utils import get_service_model
+
+    op = get_service_model(service).operation_model(action)
+    return QueryParser(op).parse({"values": flat})  # type: ignore[typeddict-item]
+
+
+def query_success(
+    service: str, action: str, data: dict[str, Any]
+) -> tuple[int, dict[str, str], bytes]:
+    """An XML query-protocol response, serialized from ``data`` with the operation's model."""
+    from moto.core.serialize import QuerySerializer
+    from moto.core.utils import get_service_model
+
+    op = get_service_model(service).operation_model(action)
+    response = QuerySerializer(op).serialize(data)
+    body = response["body"]
+    payload = body.encode() if isinstance(body, str) else body
+    headers = {"Content-Type": "text/xml", "x-amzn-RequestId": str(uuid.uuid4())}
+    return response["status_code"], headers, payload

@@ -323,9 +323,17 @@ class AwsEmulator:
     def _dispatch(
         self, extension: Extension, request: ParsedRequest
     ) -> tuple[int, dict[str, str], bytes]:
-        from tests.harness.aws.protocol import validate_params
+        from tests.harness.aws.protocol import (
+            query_success,
+            structured_query_params,
+            validate_params,
+        )
 
         try:
+            if request.protocol == "query":
+                request.params = structured_query_params(
+                    request.service, request.action, request.params
+                )
             validate_params(request.service, request.action, request.params)
             result = extension.handle(request)
         except AwsError as exc:
@@ -333,4 +341,6 @@ class AwsEmulator:
         status = 200
         if isinstance(result, tuple):
             status, result = result
+        if request.protocol == "query":
+            return query_success(request.service, request.action, result)
         return success(request.protocol, result, status)
