@@ -87,18 +87,16 @@ def test_several_clients_start_together_through_pod_zero() -> None:
     }
 
 
-def test_pod_logs_seam_reads_files_container_first(
+def test_pod_logs_seam_reads_the_unified_layout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "ns").mkdir()
-    (tmp_path / "ns" / "pod-1.log").write_text("all containers\n")
-    (tmp_path / "ns" / "pod-1.runner.log").write_text("runner only\n")
+    (tmp_path / "ns" / "pod-1").mkdir(parents=True)
+    (tmp_path / "ns" / "pod-1" / "runner.log").write_text("runner only\n")
     monkeypatch.setenv(LOGS_DIR_ENV, str(tmp_path))
     logs = PodLogs(kube=None)  # type: ignore[arg-type]
     assert logs.read("ns", "pod-1", container="runner") == "runner only\n"
-    assert logs.read("ns", "pod-1", container="vllm") == "all containers\n"
-    with pytest.raises(NotFound, match="no log for pod ns/pod-2"):
-        logs.read("ns", "pod-2")
+    with pytest.raises(NotFound, match="no log for container vllm of pod ns/pod-1"):
+        logs.read("ns", "pod-1", container="vllm")
 
 
 @pytest.mark.kube
@@ -111,5 +109,5 @@ def test_pod_logs_from_the_api_server(
     monkeypatch.delenv(LOGS_DIR_ENV, raising=False)
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     clients = KubeClients(load_settings(flags={"kubeconfig": str(kubeconfig)}, environ={}))
-    with pytest.raises(NotFound, match="read the log of pod default/absent"):
+    with pytest.raises(NotFound, match="no log for container runner of pod default/absent"):
         PodLogs(clients).read("default", "absent", container="runner")
