@@ -1,15 +1,21 @@
 """EKS access: cluster description (endpoint, CA, version, OIDC issuer) and add-ons (describe,
-versions, create/update/delete, and waits on add-on status and on update IDs)."""
+versions and their choice as eksctl makes it, create/update/delete, and waits on add-on status and
+on update IDs)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from hpkv.aws import error_code, translate_errors
-from hpkv.errors import ApiError, NotFound, WaitTimeout
+from hpkv.errors import ApiError, ConfigError, NotFound, PreconditionFailed, WaitTimeout
 
 if TYPE_CHECKING:
     from hpkv.aws import AwsClients
+
+# Add-on states in which EKS refuses to start another change.
+BUSY = ("CREATING", "UPDATING", "DELETING")
+# What an add-on version setting may say: default | latest | vX.Y.Z[-eksbuild.N].
+VERSION_POLICY_PATTERN = r"^(default|latest|v?\d+\.\d+\.\d+(-eksbuild\.\d+)?)$"
 
 
 def describe_cluster(aws: AwsClients, name: str) -> dict[str, Any]:
@@ -202,6 +208,10 @@ def health_issues(addon: dict[str, Any]) -> list[str]:
     return lines
 
 
+def health_summary(addon: dict[str, Any]) -> str:
+    return "; ".join(health_issues(addon)) or "no health issues reported"
+
+
 def update_errors(update: dict[str, Any]) -> list[str]:
     lines = []
     for error in update.get("errors") or []:
@@ -246,3 +256,61 @@ def version_key(version: str) -> tuple[int, ...]:
 
     numbers = [int(n) for n in re.findall(r"\d+", version)]
     return tuple(numbers + [0] * (4 - len(numbers)))
+
+
+# --- version choice (as eksctl) -------------------------------------------------------------------
+def default_version(versions: list[dict[str, Any]], kubernetes_version: str) -> str | None:
+    """The version DescribeAddonVersions flags as default for ``kubernetes_version``."""
+    for version in versions:
+        for compat in version.get("compatibilities") or []:
+            if compat.get("clusterVersion") == kubernetes_version and compat.get("defaultVersion"):
+                return version["addonVersion"]
+    return None
+
+
+def choose_version(
+    name: str,
+    policy: str,
+    versions: list[dict[str, Any]],
+    kubernetes_version: str,
+    live_version: str | None,
+    *,
+    config_key: str,
+    minimum: str | None = None,
+) -> tuple[str, str]:
+    """(version, why) for ``policy`` = default | latest | a (partial) version, as eksctl chooses.
+
+    ``default`` keeps an installed version (at or above ``minimum``), else takes the version EKS
+    flags as default for the cluster's Kubernetes version. ``config_key`` names the setting in
+    messages.
+    """
+    available = sorted({v["addonVersion"] for v in versions}, key=version_key)
+    if not available:
+        raise PreconditionFailed(
+            f"EKS offers no {name} add-on for Kubernetes {kubernetes_version}",
+            fix="upgrade the EKS cluster to a Kubernetes version the add-on supports",
+        )
+    if policy == "latest":
+        return available[-1], "latest"
+    if policy == "default":
+        if live_version is not None and (
+            minimum is None or version_key(live_version) >= version_key(minimum)
+        ):
+            return live_version, "installed version kept"
+        chosen = default_version(versions, kubernetes_version)
+        if chosen is None:
+            raise PreconditionFailed(
+                f"EKS names no default {name} version for Kubernetes {kubernetes_version}",
+                fix=f"set {config_key} to 'latest' or to one of: {', '.join(available)}",
+            )
+        return chosen, f"default for Kubernetes {kubernetes_version}"
+    wanted = policy if policy.startswith("v") else f"v{policy}"
+    if wanted in available:
+        return wanted, "pinned"
+    partial = [v for v in available if v.startswith(wanted + "-")]
+    if partial:
+        return partial[-1], f"newest build of {wanted}"
+    raise ConfigError(
+        f"{config_key}: {name} {policy} is not available for Kubernetes {kubernetes_version}",
+        fix=f"use 'default', 'latest' or one of: {', '.join(available)}",
+    )

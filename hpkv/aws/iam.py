@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 STS_AUDIENCE = "sts.amazonaws.com"
 MANAGED_BY_TAG = "hpkv:managed-by"
 MANAGED_BY_VALUE = "hpkv"
+# Tags on what hpkv creates, so that removal touches only that.
+MANAGED_TAGS = [{"Key": MANAGED_BY_TAG, "Value": MANAGED_BY_VALUE}]
 
 
 # --- documents ----------------------------------------------------------------------------------

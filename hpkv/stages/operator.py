@@ -26,17 +26,15 @@ while InferenceEndpointConfigs exist (``--force`` overrides) and keeps IAM roles
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpkv.aws import eks, iam, s3, sagemaker
-from hpkv.config import deep_merge
+from hpkv.aws import addon_plan, eks, iam, irsa, s3, sagemaker
+from hpkv.aws.irsa import trust_drift
 from hpkv.context import poll_interval
 from hpkv.errors import ConfigError, HpkvError, PreconditionFailed, WaitTimeout
 from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
@@ -58,6 +56,11 @@ ALB_POLICY_URL = (
     "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v2.13.0/"
     "docs/install/iam_policy.json"
 )
+ALB_POLICY_FIX = (
+    f"create it from the AWS Load Balancer Controller's policy ('curl -o iam_policy.json "
+    f"{ALB_POLICY_URL}' then 'aws iam create-policy --policy-name {ALB_POLICY_NAME} "
+    "--policy-document file://iam_policy.json'), or set operator.albPolicyArn"
+)
 EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
 TLS_BUCKET_PREFIX = "hyperpod-tls-"
 HELM_OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
@@ -65,8 +68,6 @@ CSI_DRIVERS = ("s3.csi.aws.com", "fsx.csi.aws.com")
 CERT_MANAGER_CRDS = ("certificates.cert-manager.io", "certificaterequests.cert-manager.io")
 ENDPOINT_CRD = f"{ENDPOINT_PLURAL}.{INFERENCE_GROUP}"
 METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
-BUSY = ("CREATING", "UPDATING", "DELETING")
-VERSION_PATTERN = r"^(default|latest|v?\d+\.\d+\.\d+(-eksbuild\.\d+)?)$"
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "properties": {
                 spec.key: {
                     "type": "string",
-                    "pattern": VERSION_PATTERN,
+                    "pattern": eks.VERSION_POLICY_PATTERN,
                     "description": f"'default', 'latest' or a {spec.name} add-on version "
                     f"(at least {spec.minimum})",
                 }
@@ -174,8 +175,6 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 CONFIG_DEFAULTS: dict[str, Any] = {"resolveConflicts": "OVERWRITE"}
-
-MANAGED_TAGS = [{"Key": iam.MANAGED_BY_TAG, "Value": iam.MANAGED_BY_VALUE}]
 
 # Known causes of unhealthy add-ons, matched against "[code] message" of each health issue.
 _REMEDIES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -226,10 +225,6 @@ def remedies(issues: list[str]) -> str:
     )
 
 
-def addon_failure(addon: dict[str, Any]) -> eks.AddonWaitFailed:
-    return eks.AddonWaitFailed(addon, fix=remedies(eks.health_issues(addon)))
-
-
 # --- names ----------------------------------------------------------------------------------------
 def _bounded(prefix: str, variable: str, suffix: str, limit: int) -> str:
     """prefix + variable + suffix within ``limit`` characters (variable shortened, plus a hash)."""
@@ -252,15 +247,7 @@ def default_tls_bucket(cluster: str, account: str) -> str:
     return _bounded(TLS_BUCKET_PREFIX, cleaned, f"-{account}", 63)
 
 
-# --- version choice (as eksctl) -------------------------------------------------------------------
-def default_version(versions: list[dict[str, Any]], kubernetes_version: str) -> str | None:
-    for version in versions:
-        for compat in version.get("compatibilities") or []:
-            if compat.get("clusterVersion") == kubernetes_version and compat.get("defaultVersion"):
-                return version["addonVersion"]
-    return None
-
-
+# --- version choice ------------------------------------------------------------------------------
 def choose_version(
     spec: AddonSpec,
     policy: str,
@@ -268,106 +255,16 @@ def choose_version(
     kubernetes_version: str,
     live_version: str | None,
 ) -> tuple[str, str]:
-    """(version, why) for ``policy`` = default | latest | a (partial) version."""
-    available = sorted({v["addonVersion"] for v in versions}, key=eks.version_key)
-    if not available:
-        raise PreconditionFailed(
-            f"EKS offers no {spec.name} add-on for Kubernetes {kubernetes_version}",
-            fix="upgrade the EKS cluster to a Kubernetes version the add-on supports",
-        )
-    key = f"operator.versions.{spec.key}"
-    if policy == "latest":
-        return available[-1], "latest"
-    if policy == "default":
-        if live_version is not None and eks.version_key(live_version) >= eks.version_key(
-            spec.minimum
-        ):
-            return live_version, "installed version kept"
-        chosen = default_version(versions, kubernetes_version)
-        if chosen is None:
-            raise PreconditionFailed(
-                f"EKS names no default {spec.name} version for Kubernetes {kubernetes_version}",
-                fix=f"set {key} to 'latest' or to one of: {', '.join(available)}",
-            )
-        return chosen, f"default for Kubernetes {kubernetes_version}"
-    wanted = policy if policy.startswith("v") else f"v{policy}"
-    if wanted in available:
-        return wanted, "pinned"
-    partial = [v for v in available if v.startswith(wanted + "-")]
-    if partial:
-        return partial[-1], f"newest build of {wanted}"
-    raise ConfigError(
-        f"{key}: {spec.name} {policy} is not available for Kubernetes {kubernetes_version}",
-        fix=f"use 'default', 'latest' or one of: {', '.join(available)}",
+    """(version, why) for an operator dependency (see :func:`hpkv.aws.eks.choose_version`)."""
+    return eks.choose_version(
+        spec.name,
+        policy,
+        versions,
+        kubernetes_version,
+        live_version,
+        config_key=f"operator.versions.{spec.key}",
+        minimum=spec.minimum,
     )
-
-
-def check_minimum(spec: AddonSpec, version: str, why: str) -> None:
-    if eks.version_key(version) < eks.version_key(spec.minimum):
-        raise PreconditionFailed(
-            f"{spec.name} {version} ({why}) is below {spec.minimum}, the minimum the HyperPod "
-            "Inference Operator documents",
-            fix=f"set operator.versions.{spec.key} to 'latest' or to {spec.minimum} or newer",
-        )
-
-
-# --- trust policies ---------------------------------------------------------------------------------
-@dataclass
-class TrustDrift:
-    summary: str
-    diff: str
-    fixed: dict[str, Any]
-
-
-def _principal_keys(statement: dict[str, Any]) -> set[tuple[str, str]]:
-    principal = statement.get("Principal") or {}
-    if not isinstance(principal, dict):
-        return {("*", str(principal))}
-    keys = set()
-    for kind, value in principal.items():
-        for item in value if isinstance(value, list) else [value]:
-            keys.add((kind, str(item)))
-    return keys
-
-
-def trust_drift(
-    live: dict[str, Any] | str | None, desired: list[dict[str, Any]]
-) -> TrustDrift | None:
-    """What ``live`` lacks of the ``desired`` statements, the fixed document and the exact diff.
-
-    Statements for other principals are kept; those for the same principals are replaced.
-    """
-    live_statements = iam.statements(live)
-    canonical_live = [iam.canonical_statement(s) for s in live_statements]
-    missing = [s for s in desired if iam.canonical_statement(s) not in canonical_live]
-    if not missing:
-        return None
-    ours = set().union(*(_principal_keys(s) for s in desired))
-    kept = [s for s in live_statements if not (_principal_keys(s) & ours)]
-    fixed = iam.policy_document(kept + desired)
-    before = json.dumps(iam.policy_document(live_statements), indent=2, sort_keys=True)
-    after = json.dumps(fixed, indent=2, sort_keys=True)
-    diff = "\n".join(
-        difflib.unified_diff(
-            before.splitlines(),
-            after.splitlines(),
-            fromfile="trust policy (live)",
-            tofile="trust policy (needed)",
-            lineterm="",
-        )
-    )
-    summary = "; ".join(_describe_statement(s) for s in missing)
-    return TrustDrift(summary=f"lacks {summary}", diff=diff, fixed=fixed)
-
-
-def _describe_statement(statement: dict[str, Any]) -> str:
-    principal = statement.get("Principal") or {}
-    if "Service" in principal:
-        return f"sts:AssumeRole for {principal['Service']}"
-    conditions = (statement.get("Condition") or {}).get("StringEquals") or {}
-    subject = next((v for k, v in conditions.items() if k.endswith(":sub")), "?")
-    provider = str(principal.get("Federated", "?")).rsplit(":", 1)[-1]
-    return f"sts:AssumeRoleWithWebIdentity for {subject} via {provider}"
 
 
 # --- the stage ----------------------------------------------------------------------------------------
@@ -709,10 +606,10 @@ class OperatorStage(Stage):
             return self.check(
                 name,
                 CheckState.FAIL,
-                f"{status} at {version}: " + ("; ".join(issues) or "no health issues reported"),
+                f"{status} at {version}: {eks.health_summary(live)}",
                 remedies(issues),
             )
-        if status in BUSY:
+        if status in eks.BUSY:
             return self.check(name, CheckState.WARN, f"{status} ({version})", "wait, then recheck")
         if eks.version_key(version) < eks.version_key(spec.minimum):
             return self.check(
@@ -722,7 +619,9 @@ class OperatorStage(Stage):
                 "run 'hpkv operator apply' to upgrade it",
             )
         if roles and all(r in roles for r in ("execution", "alb", "keda")):
-            differences = self._addon_differences(live, self.desired_addon(spec, target, roles))
+            differences = addon_plan.setting_differences(
+                live, self.desired_addon(spec, target, roles)
+            )
             if differences:
                 return self.check(
                     name,
@@ -731,24 +630,6 @@ class OperatorStage(Stage):
                     "run 'hpkv operator apply'",
                 )
         return self.check(name, CheckState.OK, f"ACTIVE at {version}")
-
-    @staticmethod
-    def _addon_differences(live: dict[str, Any], desired: dict[str, Any]) -> list[str]:
-        """The settings hpkv manages that the live add-on lacks (other configuration keys are the
-        user's and stay)."""
-        from hpkv.kube.objects import is_subset
-
-        differences = []
-        if (
-            "serviceAccountRoleArn" in desired
-            and live.get("serviceAccountRoleArn") != desired["serviceAccountRoleArn"]
-        ):
-            differences.append("serviceAccountRoleArn")
-        if "configurationValues" in desired:
-            current = _parse_json(live.get("configurationValues")) or {}
-            if not is_subset(desired["configurationValues"], current):
-                differences.append("configurationValues")
-        return differences
 
     # --- Kubernetes verification ----------------------------------------------------------------
     def kubernetes_checks(self, *, missing: CheckState = CheckState.FAIL) -> list[Check]:
@@ -926,16 +807,8 @@ class OperatorStage(Stage):
         return plan
 
     def _plan_oidc(self, target: Target) -> Action:
-        what = f"iam oidc-provider/{iam.issuer_host(target.issuer)}"
-        if iam.oidc_provider_exists(self.ctx.aws, target.provider_arn):
-            return Action(what, Verb.NONE, "exists")
-        return Action(
-            what,
-            Verb.CREATE,
-            f"register the EKS OIDC issuer for IRSA (client ID {iam.STS_AUDIENCE})",
-            None,
-            {"url": target.issuer, "clientIds": [iam.STS_AUDIENCE]},
-            run=lambda: iam.create_oidc_provider(self.ctx.aws, target.issuer, MANAGED_TAGS),
+        return irsa.plan_oidc_provider(
+            self.ctx.aws, target.account, target.issuer, iam.MANAGED_TAGS
         )
 
     def _plan_bucket(self, target: Target) -> Action:
@@ -955,141 +828,38 @@ class OperatorStage(Stage):
             f"create the operator's TLS certificate bucket in {target.region}",
             None,
             {"bucket": bucket, "region": target.region},
-            run=lambda: s3.create_bucket(self.ctx.aws, bucket, tags=MANAGED_TAGS),
+            run=lambda: s3.create_bucket(self.ctx.aws, bucket, tags=iam.MANAGED_TAGS),
         )
 
     def _plan_role(self, plan: Plan, role: RoleState, target: Target) -> None:
         spec = role.spec
-        what = f"iam role/{role.name}"
-        trust = self.trust_statements(spec, target)
-        managed = self.managed_policies(spec, target)
-        inline = None if role.given else self.inline_policy(spec, target)
-        if role.live is None:
-            if role.given:
-                raise PreconditionFailed(
-                    f"role {role.name} (operator.roles.{spec.key}) does not exist",
-                    fix="create it, or remove the key so hpkv creates one",
-                )
-            self._require_policies(managed, spec)
-            desired = {
-                "trust": iam.policy_document(trust),
-                "attach": managed,
-                **({"inline": {inline[0]: inline[1]}} if inline else {}),
-            }
-            plan.add(
-                Action(
-                    what,
-                    Verb.CREATE,
-                    f"create the {spec.title} for "
-                    f"{iam.service_account_subject(spec.namespace, spec.service_account)}",
-                    None,
-                    desired,
-                    run=lambda: self._create_role(role, trust, managed, inline),
-                )
-            )
-            return
-        changed = False
-        drift = trust_drift(role.live.get("AssumeRolePolicyDocument"), trust)
-        if drift is not None:
-            changed = True
-            plan.notes.append(
-                f"role {role.name}: the trust policy {drift.summary}. Difference:\n{drift.diff}"
-            )
-            if self.ctx.options.yes:
-                plan.add(
-                    Action(
-                        what,
-                        Verb.UPDATE,
-                        f"rewrite the trust policy (drift: {drift.summary})",
-                        iam.policy_document(iam.statements(role.live["AssumeRolePolicyDocument"])),
-                        drift.fixed,
-                        run=lambda: iam.update_trust(self.ctx.aws, role.name, drift.fixed),
-                    )
-                )
-            else:
-                plan.add(
-                    Action(
-                        what,
-                        Verb.NONE,
-                        f"trust policy drift NOT fixed ({drift.summary}); rerun with --yes to "
-                        "rewrite it",
-                    )
-                )
-        if not role.given:
-            missing = [p for p in managed if p not in role.attached]
-            if missing:
-                self._require_policies(missing, spec)
-                changed = True
-                plan.add(
-                    Action(
-                        what,
-                        Verb.UPDATE,
-                        f"attach {', '.join(p.rsplit('/', 1)[-1] for p in missing)}",
-                        {"attached": role.attached},
-                        {"attached": role.attached + missing},
-                        run=lambda: [
-                            iam.attach_policy(self.ctx.aws, role.name, p) for p in missing
-                        ],
-                    )
-                )
-            if inline is not None:
-                live_inline = iam.inline_policy(self.ctx.aws, role.name, inline[0])
-                if live_inline is None or not iam.same_document(live_inline, inline[1]):
-                    changed = True
-                    plan.add(
-                        Action(
-                            what,
-                            Verb.UPDATE,
-                            f"{'put' if live_inline is None else 'update'} inline policy "
-                            f"{inline[0]}",
-                            live_inline,
-                            inline[1],
-                            run=lambda: iam.put_inline_policy(
-                                self.ctx.aws, role.name, inline[0], inline[1]
-                            ),
-                        )
-                    )
-        if not changed:
-            origin = "given in hpkv.yaml" if role.given else "up to date"
-            plan.add(Action(what, Verb.NONE, f"{spec.title}: {origin}"))
-
-    def _require_policies(self, arns: list[str], spec: RoleSpec) -> None:
-        for arn in arns:
-            if iam.policy_exists(self.ctx.aws, arn):
-                continue
-            if spec.key == "alb":
-                raise PreconditionFailed(
-                    f"IAM policy {arn} for the ALB controller role does not exist",
-                    fix=f"create it from the AWS Load Balancer Controller's policy ('curl -o "
-                    f"iam_policy.json {ALB_POLICY_URL}' then 'aws iam create-policy "
-                    f"--policy-name {ALB_POLICY_NAME} --policy-document file://iam_policy.json'), "
-                    "or set operator.albPolicyArn",
-                )
+        if role.live is None and role.given:
             raise PreconditionFailed(
-                f"IAM policy {arn} does not exist in this account",
-                fix="check the partition/region; AWS managed policies exist in every commercial "
-                "region",
+                f"role {role.name} (operator.roles.{spec.key}) does not exist",
+                fix="create it, or remove the key so hpkv creates one",
             )
-
-    def _create_role(
-        self,
-        role: RoleState,
-        trust: list[dict[str, Any]],
-        managed: list[str],
-        inline: tuple[str, dict[str, Any]] | None,
-    ) -> None:
-        aws = self.ctx.aws
-        iam.create_role(
-            aws,
-            role.name,
-            iam.policy_document(trust),
-            description=f"hpkv: {role.spec.title} for HyperPod cluster {self.ctx.require_cluster()}",
-            tags=MANAGED_TAGS,
+        # A role given in hpkv.yaml keeps its permissions: hpkv checks only its trust.
+        wanted = irsa.IrsaRole(
+            name=role.name,
+            title=spec.title,
+            subject=iam.service_account_subject(spec.namespace, spec.service_account),
+            trust=self.trust_statements(spec, target),
+            managed=() if role.given else tuple(self.managed_policies(spec, target)),
+            inline=None if role.given else self.inline_policy(spec, target),
+            description=f"hpkv: {spec.title} for HyperPod cluster {self.ctx.require_cluster()}",
+            policy_fixes={self.alb_policy_arn(target): ALB_POLICY_FIX} if spec.key == "alb" else {},
         )
-        for arn in managed:
-            iam.attach_policy(aws, role.name, arn)
-        if inline is not None:
-            iam.put_inline_policy(aws, role.name, inline[0], inline[1])
+        actions = irsa.plan_role_with_permissions(
+            self.ctx.aws,
+            wanted,
+            role.live,
+            role.attached,
+            fix_trust=self.ctx.options.yes,
+            notes=plan.notes,
+        )
+        origin = "given in hpkv.yaml" if role.given else "up to date"
+        for action in actions or [Action(wanted.target, Verb.NONE, f"{spec.title}: {origin}")]:
+            plan.add(action)
 
     def _plan_addon(
         self,
@@ -1098,7 +868,6 @@ class OperatorStage(Stage):
         roles: dict[str, RoleState],
         self_managed: dict[str, str],
     ) -> Action:
-        what = f"eks addon/{spec.name}"
         live = self._settled_addon(spec, target)
         if live is None and spec.name in self_managed:
             evidence = self_managed[spec.name]
@@ -1110,99 +879,29 @@ class OperatorStage(Stage):
                     "inference-operator/migration/helm_to_addon.sh, or uninstall the Helm release",
                 )
             return Action(
-                what, Verb.NONE, f"installed outside EKS add-ons ({evidence}); left alone"
+                f"eks addon/{spec.name}",
+                Verb.NONE,
+                f"installed outside EKS add-ons ({evidence}); left alone",
             )
-        versions = eks.addon_versions(self.ctx.aws, spec.name, target.kubernetes_version)
-        version, why = choose_version(
-            spec,
-            self.version_policy(spec),
-            versions,
-            target.kubernetes_version,
-            live.get("addonVersion") if live else None,
+        wanted = addon_plan.AddonWanted(
+            cluster=target.eks_name,
+            name=spec.name,
+            kubernetes_version=target.kubernetes_version,
+            version_policy=self.version_policy(spec),
+            config_key=f"operator.versions.{spec.key}",
+            settings=self.desired_addon(spec, target, roles),
+            resolve_create=self.resolve_conflicts(),
+            resolve_update=self.resolve_conflicts(),
+            minimum=spec.minimum,
+            minimum_source="the HyperPod Inference Operator documents",
+            remedy=remedies,
         )
-        check_minimum(spec, version, why)
-        desired = self.desired_addon(spec, target, roles)
-        request = self._addon_request(spec, target, version, desired)
-        after = {"addonVersion": version, **desired}
-        if live is None:
-            return Action(
-                what,
-                Verb.CREATE,
-                f"create {version} ({why})",
-                None,
-                after,
-                run=lambda: self._create_addon(spec, target, request),
-            )
-        before = {
-            "addonVersion": live.get("addonVersion"),
-            "status": live.get("status"),
-            **({"serviceAccountRoleArn": live.get("serviceAccountRoleArn")} if spec.role else {}),
-            **(
-                {"configurationValues": _parse_json(live.get("configurationValues"))}
-                if "configurationValues" in desired
-                else {}
-            ),
-        }
-        status = live.get("status")
-        if status == "CREATE_FAILED":
-            issues = "; ".join(eks.health_issues(live)) or "no health issues reported"
-            return Action(
-                what,
-                Verb.UPDATE,
-                f"re-create (CREATE_FAILED: {issues}): delete with --preserve, create {version}",
-                before,
-                after,
-                run=lambda: self._recreate_addon(spec, target, request),
-            )
-        differences = self._addon_differences(live, desired)
-        if live.get("addonVersion") != version:
-            differences.insert(0, f"version {live.get('addonVersion')} -> {version} ({why})")
-        if not differences and status in ("DEGRADED", "UPDATE_FAILED"):
-            issues = "; ".join(eks.health_issues(live)) or "no health issues reported"
-            differences.append(
-                f"repair ({status}: {issues}) with resolve-conflicts {self.resolve_conflicts()}"
-            )
-        if not differences:
-            return Action(what, Verb.NONE, f"{version} ACTIVE, configuration unchanged")
-        update = {k: v for k, v in request.items() if k not in ("tags",)}
-        if "configurationValues" in desired:
-            # Keep configuration keys hpkv does not manage (e.g. jumpstartGatedModelDownloadRoleArn).
-            current = _parse_json(live.get("configurationValues"))
-            merged = deep_merge(
-                current if isinstance(current, dict) else {}, desired["configurationValues"]
-            )
-            update["configurationValues"] = json.dumps(merged, sort_keys=True)
-        return Action(
-            what,
-            Verb.UPDATE,
-            "update: " + "; ".join(differences),
-            before,
-            after,
-            run=lambda: self._update_addon(spec, target, update),
-        )
-
-    def _addon_request(
-        self, spec: AddonSpec, target: Target, version: str, desired: dict[str, Any]
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "clusterName": target.eks_name,
-            "addonName": spec.name,
-            "addonVersion": version,
-            "resolveConflicts": self.resolve_conflicts(),
-            "tags": {iam.MANAGED_BY_TAG: iam.MANAGED_BY_VALUE},
-        }
-        if "serviceAccountRoleArn" in desired:
-            request["serviceAccountRoleArn"] = desired["serviceAccountRoleArn"]
-        if "configurationValues" in desired:
-            request["configurationValues"] = json.dumps(
-                desired["configurationValues"], sort_keys=True
-            )
-        return request
+        return addon_plan.plan_addon(self.ctx, wanted, live)
 
     def _settled_addon(self, spec: AddonSpec, target: Target) -> dict[str, Any] | None:
         """DescribeAddon; a busy add-on is waited for with --wait, refused otherwise."""
         live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name)
-        if live is None or live.get("status") not in BUSY:
+        if live is None or live.get("status") not in eks.BUSY:
             return live
         if self.ctx.options.wait is not True:
             raise PreconditionFailed(
@@ -1212,61 +911,16 @@ class OperatorStage(Stage):
         deleted = live["status"] == "DELETING"
         with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} ({live['status']})"):
             try:
-                return self._wait_addon(spec, target, deleted=deleted)
-            except eks.AddonWaitFailed as exc:
-                return exc.addon
-
-    # --- writes ---------------------------------------------------------------------------------
-    def _wait_addon(
-        self, spec: AddonSpec, target: Target, *, deleted: bool
-    ) -> dict[str, Any] | None:
-        return eks.wait_addon(
-            self.ctx.aws,
-            target.eks_name,
-            spec.name,
-            deleted=deleted,
-            timeout=self.ctx.options.timeout,
-            delay=poll_interval(10.0),
-        )
-
-    def _wait_active(self, spec: AddonSpec, target: Target) -> None:
-        with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} to be ACTIVE"):
-            try:
-                self._wait_addon(spec, target, deleted=False)
-            except eks.AddonWaitFailed as exc:
-                raise addon_failure(exc.addon) from None
-
-    def _create_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
-        # None: it exists already (an interrupted earlier run created it); wait for that one.
-        eks.create_addon(self.ctx.aws, **request)
-        self._wait_active(spec, target)
-
-    def _recreate_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
-        eks.delete_addon(self.ctx.aws, target.eks_name, spec.name, preserve=True)
-        with self.ctx.reporter.waiting(f"waiting for failed add-on {spec.name} to be deleted"):
-            try:
-                self._wait_addon(spec, target, deleted=True)
-            except eks.AddonWaitFailed as exc:
-                raise addon_failure(exc.addon) from None
-        self._create_addon(spec, target, request)
-
-    def _update_addon(self, spec: AddonSpec, target: Target, request: dict[str, Any]) -> None:
-        update = eks.update_addon(self.ctx.aws, **request)
-        with self.ctx.reporter.waiting(f"waiting for update {update['id']} of add-on {spec.name}"):
-            try:
-                eks.wait_update(
+                return eks.wait_addon(
                     self.ctx.aws,
                     target.eks_name,
                     spec.name,
-                    update["id"],
+                    deleted=deleted,
                     timeout=self.ctx.options.timeout,
                     delay=poll_interval(10.0),
                 )
-            except eks.UpdateFailed as exc:
-                live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name) or {}
-                issues = exc.issues + eks.health_issues(live)
-                raise eks.UpdateFailed(spec.name, exc.update, fix=remedies(issues)) from None
-        self._wait_active(spec, target)
+            except eks.AddonWaitFailed as exc:
+                return exc.addon
 
     def apply(self, plan: Plan) -> ApplyResult:
         result = self.run_plan(plan)
@@ -1369,11 +1023,7 @@ class OperatorStage(Stage):
         if eks.describe_addon(self.ctx.aws, target.eks_name, spec.name) is None:
             return
         eks.delete_addon(self.ctx.aws, target.eks_name, spec.name)
-        with self.ctx.reporter.waiting(f"waiting for add-on {spec.name} to be deleted"):
-            try:
-                self._wait_addon(spec, target, deleted=True)
-            except eks.AddonWaitFailed as exc:
-                raise addon_failure(exc.addon) from None
+        addon_plan.wait_for(self.ctx, target.eks_name, spec.name, deleted=True, remedy=remedies)
 
     def _plan_remove_role(self, spec: RoleSpec, target: Target) -> Action:
         given = self.given_role(spec)
@@ -1417,12 +1067,3 @@ class OperatorStage(Stage):
         result = self.run_plan(plan)
         result.notes.extend(n.split("\n", 1)[0] for n in plan.notes)
         return result
-
-
-def _parse_json(text: str | None) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

@@ -110,3 +110,42 @@ def test_scripted_failures_surface_health_issues(clients: AwsClients, aws_env: A
     eks.create_addon(clients, clusterName=CLUSTER, addonName="metrics-server")
     with pytest.raises(WaitTimeout, match="was not ACTIVE within"):
         eks.wait_addon(clients, CLUSTER, "metrics-server", deleted=False, timeout=0.05, delay=0.01)
+
+
+def _catalog(*entries: tuple[str, bool]) -> list[dict]:
+    return [
+        {
+            "addonVersion": version,
+            "compatibilities": [{"clusterVersion": "1.33", "defaultVersion": default}],
+        }
+        for version, default in entries
+    ]
+
+
+def test_choose_version_as_eksctl_without_a_minimum() -> None:
+    catalog = _catalog(("v1.48.0-eksbuild.1", True), ("v1.47.0-eksbuild.2", False))
+
+    def choose(policy: str, live: str | None = None) -> tuple[str, str]:
+        return eks.choose_version(
+            "aws-ebs-csi-driver", policy, catalog, "1.33", live, config_key="x.addonVersion"
+        )
+
+    assert choose("default") == ("v1.48.0-eksbuild.1", "default for Kubernetes 1.33")
+    # Without a minimum any installed version is kept.
+    assert choose("default", "v1.2.0-eksbuild.1") == ("v1.2.0-eksbuild.1", "installed version kept")
+    assert choose("latest", "v1.2.0-eksbuild.1") == ("v1.48.0-eksbuild.1", "latest")
+    assert choose("v1.47.0-eksbuild.2") == ("v1.47.0-eksbuild.2", "pinned")
+    with pytest.raises(PreconditionFailed) as no_default:
+        eks.choose_version(
+            "demo", "default", _catalog(("v1.0.0", False)), "1.33", None, config_key="x.v"
+        )
+    assert no_default.value.fix == "set x.v to 'latest' or to one of: v1.0.0"
+
+
+def test_health_summary() -> None:
+    assert eks.health_summary({}) == "no health issues reported"
+    issues = [
+        {"code": "A", "message": "one"},
+        {"code": "B", "message": "two", "resourceIds": ["r"]},
+    ]
+    assert eks.health_summary({"health": {"issues": issues}}) == "[A] one; [B] two (resources: r)"

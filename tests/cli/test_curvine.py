@@ -538,3 +538,83 @@ def test_status_finds_the_active_master_among_three(curvine: CurvineEnv) -> None
         assert "/api/workers" not in standby.requests
     finally:
         active.stop()
+
+
+def test_ebs_csi_addon_version_is_chosen_as_eksctl_and_updates_wait_on_the_update_id(
+    curvine: CurvineEnv,
+) -> None:
+    curvine.eks.seed_addon("hpkv-eks", "aws-ebs-csi-driver", "v1.47.0-eksbuild.2")
+    env = {"HPKV_CURVINE__EBS_CSI__ADDON_VERSION": "v9.9.9"}
+    mark = curvine.scenario.mark()
+    unknown = _apply(curvine, "--yes", env=env)
+    assert unknown.exit_code == 2, unknown
+    lines = unknown.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "curvine.ebsCsi.addonVersion: aws-ebs-csi-driver v9.9.9 is not available" in lines[0]
+    assert "v1.48.0-eksbuild.1" in lines[0]
+    assert curvine.scenario.writes_since(mark) == []
+
+    curvine.eks.transition_describes = 3
+    aws_mark = curvine.scenario.aws.mark()
+    result = _apply(curvine, "--yes", env={"HPKV_CURVINE__EBS_CSI__ADDON_VERSION": "latest"})
+    assert result.exit_code == 0, result
+    assert "version v1.47.0-eksbuild.2 -> v1.48.0-eksbuild.1 (latest)" in result.stdout
+    [(op, params)] = curvine.eks.addon_requests
+    assert op == "UpdateAddon"
+    assert params["addonVersion"] == "v1.48.0-eksbuild.1"
+    assert params["serviceAccountRoleArn"].endswith(":role/hpkv-hpkv-eks-ebs-csi")
+    assert params["resolveConflicts"] == "PRESERVE"
+    calls = [str(c) for c in curvine.scenario.aws.calls_since(aws_mark)]
+    after = calls[calls.index("eks:UpdateAddon -> 200") + 1 :]
+    # Waited on DescribeUpdate until Successful (3 InProgress answers), never a second update.
+    assert after[:4] == ["eks:DescribeUpdate -> 200"] * 4
+    assert calls.count("eks:UpdateAddon -> 200") == 1
+    addon = curvine.eks.addons[("hpkv-eks", "aws-ebs-csi-driver")]
+    assert (addon.version, addon.status) == ("v1.48.0-eksbuild.1", "ACTIVE")
+
+    # 'default' (and the empty value of older hpkv.yaml files) keeps the installed version.
+    mark = curvine.scenario.mark()
+    for value in ("default", ""):
+        again = _apply(curvine, "--yes", env={"HPKV_CURVINE__EBS_CSI__ADDON_VERSION": value})
+        assert again.exit_code == 0, again
+        assert "curvine: nothing to do" in again.stdout
+    assert curvine.scenario.writes_since(mark) == []
+
+
+def test_ebs_csi_role_trust_drift_is_shown_and_fixed_only_with_yes(curvine: CurvineEnv) -> None:
+    assert _apply(curvine, "--yes").exit_code == 0
+    iam = curvine.scenario.aws.client("iam")
+    role = "hpkv-hpkv-eks-ebs-csi"
+    trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
+    [statement] = trust["Statement"]
+    host = next(k for k in statement["Condition"]["StringEquals"] if k.endswith(":sub"))[:-4]
+    wrong = "system:serviceaccount:kube-system:someone-else"
+    statement["Condition"]["StringEquals"][f"{host}:sub"] = wrong
+    other = {
+        "Effect": "Allow",
+        "Principal": {"Service": "ec2.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }
+    drifted = {"Version": "2012-10-17", "Statement": [statement, other]}
+    iam.update_assume_role_policy(RoleName=role, PolicyDocument=json.dumps(drifted))
+
+    mark = curvine.scenario.mark()
+    dry = _apply(curvine, "--dry-run")
+    assert dry.exit_code == 0, dry
+    assert "trust policy drift NOT fixed" in dry.stdout
+    assert f'-          "{host}:sub": "{wrong}"' in dry.stdout
+    assert (
+        f'+          "{host}:sub": "system:serviceaccount:kube-system:ebs-csi-controller-sa"'
+        in (dry.stdout)
+    )
+    assert curvine.scenario.writes_since(mark) == []
+
+    fixed = _apply(curvine, "--yes")
+    assert fixed.exit_code == 0, fixed
+    assert curvine.scenario.writes_since(mark) == ["iam:UpdateAssumeRolePolicy -> 200"]
+    statements = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
+    assert other in statements  # another principal's statement is kept
+    subjects = [
+        s["Condition"]["StringEquals"][f"{host}:sub"] for s in statements if "Condition" in s
+    ]
+    assert subjects == ["system:serviceaccount:kube-system:ebs-csi-controller-sa"]

@@ -94,8 +94,10 @@ class CurvineReads(Stage):
 
     @property
     def role_name(self) -> str:
+        from hpkv.aws import ebs_csi
+
         configured = self.cfg["ebsCsi"].get("roleName")
-        return configured or f"hpkv-{self.eks_cluster['name']}-ebs-csi"[:64]
+        return configured or ebs_csi.default_role_name(self.eks_cluster["name"])
 
     def gpu_nodes(self) -> list[GpuNode]:
         from hpkv.kube import kube_errors

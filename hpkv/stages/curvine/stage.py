@@ -4,10 +4,9 @@ data-safety rules)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from hpkv.context import poll_interval
 from hpkv.errors import PreconditionFailed, UsageError
 from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Verb
 from hpkv.stages.curvine.reads import ReleaseState
@@ -39,6 +38,9 @@ from hpkv.stages.curvine.values import (
     with_format_flags,
     worker_capacity_gi,
 )
+
+if TYPE_CHECKING:
+    from hpkv.aws.irsa import IrsaRole
 
 
 class CurvineStage(CurvineStatus):
@@ -91,11 +93,11 @@ class CurvineStage(CurvineStatus):
 
     # --- EBS CSI -----------------------------------------------------------------------------
     def _plan_ebs_csi(self, plan: Plan) -> None:
-        from hpkv.aws import ebs_csi, eks
+        from hpkv.aws import ebs_csi, eks, iam, irsa
 
         aws = self.ctx.aws
         cluster = self.eks_cluster["name"]
-        addon = ebs_csi.describe_addon(aws, cluster)
+        addon = eks.describe_addon(aws, cluster, ebs_csi.ADDON_NAME)
         if addon is None and self._self_managed_ebs_driver():
             plan.notes.append(
                 f"a self-managed {EBS_PROVISIONER} driver is installed: hpkv leaves it alone "
@@ -103,17 +105,18 @@ class CurvineStage(CurvineStatus):
             )
             return
         current_arn = (addon or {}).get("serviceAccountRoleArn")
-        if current_arn and ebs_csi.role_name_from_arn(current_arn) != self.role_name:
+        if current_arn and iam.role_name(current_arn) != self.role_name:
             # The add-on runs with the user's own role: keep it, add the HyperPod permissions.
-            role_name = ebs_csi.role_name_from_arn(current_arn)
-            role = ebs_csi.get_role(aws, role_name)
-            if role is None:
+            role = ebs_csi.users_role(iam.role_name(current_arn))
+            live = iam.get_role(aws, role.name)
+            if live is None:
                 raise PreconditionFailed(
                     f"the EBS CSI add-on uses role {current_arn}, which does not exist",
                     fix="point the add-on at an existing role, or clear its role so hpkv sets "
                     "its own",
                 )
-            self._plan_role_policies(plan, role_name, role, attach_managed=False)
+            actions = irsa.plan_permissions(aws, role, live, [])
+            self._add_role_actions(plan, role, actions, "HyperPod permissions in place")
             self._plan_addon(plan, cluster, addon, current_arn)
             return
         issuer = eks.oidc_issuer(self.eks_cluster)
@@ -123,167 +126,60 @@ class CurvineStage(CurvineStatus):
                 fix="enable it (it is on by default for EKS clusters); check 'aws eks "
                 "describe-cluster'",
             )
-        provider_target = f"iam oidc-provider/{ebs_csi.issuer_host_path(issuer)}"
-        if ebs_csi.find_oidc_provider(aws, self.account, issuer) is None:
-            plan.add(
-                Action(
-                    provider_target,
-                    Verb.CREATE,
-                    "register the cluster's OIDC issuer with IAM (IRSA)",
-                    None,
-                    {"Url": issuer, "ClientIDList": [ebs_csi.STS_AUDIENCE]},
-                    run=lambda: ebs_csi.create_oidc_provider(aws, issuer),
-                )
-            )
-        else:
-            plan.add(Action(provider_target, Verb.NONE, "registered"))
-        role_name = self.role_name
-        role_arn = f"arn:aws:iam::{self.account}:role/{role_name}"
-        role = ebs_csi.get_role(aws, role_name)
-        self._plan_role(plan, role_name, role, issuer)
-        self._plan_role_policies(plan, role_name, role, attach_managed=True)
+        plan.add(irsa.plan_oidc_provider(aws, self.account, issuer, iam.MANAGED_TAGS))
+        role = ebs_csi.hpkv_role(self.role_name, self.account, issuer)
+        live = iam.get_role(aws, role.name)
+        attached = iam.attached_policies(aws, role.name) if live else []
+        # The role and each of its policies are separate steps of the plan.
+        actions = irsa.plan_role(
+            aws, role, live, fix_trust=self.ctx.options.yes, notes=plan.notes
+        ) + irsa.plan_permissions(aws, role, live, attached)
+        self._add_role_actions(plan, role, actions, "trust and policies in place")
+        role_arn = live["Arn"] if live else f"arn:aws:iam::{self.account}:role/{role.name}"
         self._plan_addon(plan, cluster, addon, role_arn)
 
-    def _plan_role(self, plan: Plan, name: str, role: dict[str, Any] | None, issuer: str) -> None:
-        from hpkv.aws import ebs_csi
-
-        trust = ebs_csi.trust_policy(self.account, issuer)
-        target = f"iam role/{name}"
-        aws = self.ctx.aws
-        if role is None:
-            plan.add(
-                Action(
-                    target,
-                    Verb.CREATE,
-                    f"IRSA role for {ebs_csi.SERVICE_ACCOUNT_NAMESPACE}/{ebs_csi.SERVICE_ACCOUNT}",
-                    None,
-                    trust,
-                    run=lambda: ebs_csi.create_role(
-                        aws, name, trust, "EBS CSI driver on HyperPod (managed by hpkv)"
-                    ),
-                )
-            )
-        elif not ebs_csi.same_policy(role.get("AssumeRolePolicyDocument"), trust):
-            plan.add(
-                Action(
-                    target,
-                    Verb.UPDATE,
-                    "trust the cluster's OIDC issuer for the EBS CSI controller",
-                    ebs_csi.canonical_policy(role.get("AssumeRolePolicyDocument")),
-                    ebs_csi.canonical_policy(trust),
-                    run=lambda: ebs_csi.update_trust(aws, name, trust),
-                )
-            )
-        else:
-            plan.add(Action(target, Verb.NONE, "trust policy up to date"))
-
-    def _plan_role_policies(
-        self, plan: Plan, name: str, role: dict[str, Any] | None, *, attach_managed: bool
-    ) -> None:
-        from hpkv.aws import ebs_csi
-
-        aws = self.ctx.aws
-        if attach_managed:
-            target = f"iam role/{name} policy {ebs_csi.MANAGED_POLICY_ARN.rsplit('/', 1)[-1]}"
-            attached = ebs_csi.attached_policy_arns(aws, name) if role else []
-            if ebs_csi.MANAGED_POLICY_ARN in attached:
-                plan.add(Action(target, Verb.NONE, "attached"))
-            else:
-                plan.add(
-                    Action(
-                        target,
-                        Verb.CREATE,
-                        "attach the AWS managed EBS CSI policy",
-                        run=lambda: ebs_csi.attach_policy(aws, name, ebs_csi.MANAGED_POLICY_ARN),
-                    )
-                )
-        document = ebs_csi.hyperpod_volume_policy()
-        target = f"iam role/{name} inline policy {ebs_csi.INLINE_POLICY_NAME}"
-        live = ebs_csi.inline_policy(aws, name, ebs_csi.INLINE_POLICY_NAME) if role else None
-        if live is not None and ebs_csi.same_policy(live, document):
-            plan.add(Action(target, Verb.NONE, "up to date"))
-            return
-        plan.add(
-            Action(
-                target,
-                Verb.CREATE if live is None else Verb.UPDATE,
-                "allow " + ", ".join(ebs_csi.HYPERPOD_ACTIONS) + " (HyperPod volume attach)",
-                live,
-                ebs_csi.canonical_policy(document),
-                run=lambda: ebs_csi.put_inline_policy(
-                    aws, name, ebs_csi.INLINE_POLICY_NAME, document
-                ),
-            )
-        )
+    @staticmethod
+    def _add_role_actions(plan: Plan, role: IrsaRole, actions: list[Action], in_place: str) -> None:
+        for action in actions or [Action(role.target, Verb.NONE, in_place)]:
+            plan.add(action)
 
     def _plan_addon(
         self, plan: Plan, cluster: str, addon: dict[str, Any] | None, role_arn: str
     ) -> None:
-        from hpkv.aws import ebs_csi
+        from hpkv.aws import addon_plan, ebs_csi, eks
 
-        version = self.cfg["ebsCsi"].get("addonVersion") or None
-        target = f"eks addon/{cluster}/{ebs_csi.ADDON_NAME}"
-        desired = {"serviceAccountRoleArn": role_arn, "addonVersion": version or "(EKS default)"}
-        if addon is None:
-            plan.add(
-                Action(
-                    target,
-                    Verb.CREATE,
-                    "install the EBS CSI driver add-on with the IRSA role",
-                    None,
-                    desired,
-                    run=lambda: self._run_addon(ebs_csi.create_addon, cluster, role_arn, version),
-                )
-            )
-            return
-        live = {
-            "serviceAccountRoleArn": addon.get("serviceAccountRoleArn"),
-            "addonVersion": addon.get("addonVersion"),
-        }
-        changes = []
-        if live["serviceAccountRoleArn"] != role_arn:
-            changes.append("set the IRSA role")
-        if version and live["addonVersion"] != version:
-            changes.append(f"version {live['addonVersion']} -> {version}")
-        if changes:
-            if addon.get("status") in ("CREATING", "UPDATING", "DELETING"):
+        wanted = addon_plan.AddonWanted(
+            cluster=cluster,
+            name=ebs_csi.ADDON_NAME,
+            kubernetes_version=str(self.eks_cluster.get("version", "")),
+            version_policy=self.cfg["ebsCsi"].get("addonVersion") or "default",
+            config_key="curvine.ebsCsi.addonVersion",
+            settings={"serviceAccountRoleArn": role_arn},
+            # NONE: fail rather than overwrite a self-managed driver's objects; PRESERVE: keep
+            # configuration the user changed on the add-on's objects.
+            resolve_create="NONE",
+            resolve_update="PRESERVE",
+            wait=self.ctx.options.wait is not False,
+        )
+        action = addon_plan.plan_addon(self.ctx, wanted, addon)
+        status = (addon or {}).get("status")
+        if status in eks.BUSY:
+            if action.changes:
                 raise PreconditionFailed(
-                    f"EKS add-on {ebs_csi.ADDON_NAME} is {addon.get('status')}",
+                    f"EKS add-on {ebs_csi.ADDON_NAME} is {status}",
                     fix="wait for it to finish, then rerun",
                 )
-            plan.add(
-                Action(
-                    target,
-                    Verb.UPDATE,
-                    "; ".join(changes),
-                    live,
-                    {**desired, "addonVersion": version or live["addonVersion"]},
-                    run=lambda: self._run_addon(ebs_csi.update_addon, cluster, role_arn, version),
-                )
-            )
-            return
-        status = addon.get("status")
-        summary = f"{status}, version {live['addonVersion']}"
-        if status in ("CREATING", "UPDATING"):
-            # Nothing to change, but the rest of the plan needs it ACTIVE.
-            self._addon_wait = cluster
-        plan.add(Action(target, Verb.NONE, summary))
-
-    def _run_addon(
-        self, call: Callable[..., None], cluster: str, role_arn: str, version: str | None
-    ) -> None:
-        call(self.ctx.aws, cluster, role_arn, version)
-        self._wait_addon(cluster)
+            if status != "DELETING":
+                # Nothing to change, but the rest of the plan needs it ACTIVE.
+                self._addon_wait = cluster
+        plan.add(action)
 
     def _wait_addon(self, cluster: str) -> None:
-        from hpkv.aws import ebs_csi
+        from hpkv.aws import addon_plan, ebs_csi
 
         if self.ctx.options.wait is False:
             return
-        with self.ctx.reporter.waiting(f"waiting for EKS add-on {ebs_csi.ADDON_NAME} to be ACTIVE"):
-            ebs_csi.wait_addon_active(
-                self.ctx.aws, cluster, timeout=self.ctx.options.timeout, delay=poll_interval()
-            )
+        addon_plan.wait_for(self.ctx, cluster, ebs_csi.ADDON_NAME)
 
     # --- StorageClass for the master ----------------------------------------------------------
     def _plan_master_storage_class(self, plan: Plan, runtime_live: dict[str, Any] | None) -> str:

@@ -68,10 +68,10 @@ class CurvineStatus(CurvineReads):
 
     # --- EBS CSI ---------------------------------------------------------------------------
     def _addon_checks(self, curvine_installed: bool) -> list[Check]:
-        from hpkv.aws import ebs_csi
+        from hpkv.aws import ebs_csi, eks
 
         cluster = self.eks_cluster["name"]
-        addon = ebs_csi.describe_addon(self.ctx.aws, cluster)
+        addon = eks.describe_addon(self.ctx.aws, cluster, ebs_csi.ADDON_NAME)
         if addon is None:
             if self._self_managed_ebs_driver():
                 return [
@@ -105,13 +105,13 @@ class CurvineStatus(CurvineReads):
             addon_check = self.check(
                 "ebs-csi-addon",
                 CheckState.FAIL,
-                f"{evidence}: {ebs_csi.health_summary(addon)}",
+                f"{evidence}: {eks.health_summary(addon)}",
                 "see the add-on's health in the EKS console; 'hpkv curvine apply' converges it",
             )
         return [addon_check, self._permissions_check(addon)]
 
     def _permissions_check(self, addon: dict[str, Any]) -> Check:
-        from hpkv.aws import ebs_csi
+        from hpkv.aws import ebs_csi, iam
 
         role_arn = addon.get("serviceAccountRoleArn")
         name = "ebs-csi-permissions"
@@ -123,9 +123,9 @@ class CurvineStatus(CurvineReads):
                 "sagemaker:AttachClusterNodeVolume)",
                 "run 'hpkv curvine apply' to give it one",
             )
-        role = ebs_csi.role_name_from_arn(role_arn)
-        policy = ebs_csi.inline_policy(self.ctx.aws, role, ebs_csi.INLINE_POLICY_NAME)
-        if policy is None or not ebs_csi.same_policy(policy, ebs_csi.hyperpod_volume_policy()):
+        role = iam.role_name(role_arn)
+        policy = iam.inline_policy(self.ctx.aws, role, ebs_csi.INLINE_POLICY_NAME)
+        if policy is None or not iam.same_document(policy, ebs_csi.hyperpod_volume_policy()):
             return self.check(
                 name,
                 CheckState.FAIL,

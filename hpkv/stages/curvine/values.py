@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpkv.aws.eks import VERSION_POLICY_PATTERN
 from hpkv.config import deep_merge
 from hpkv.errors import ConfigError, NotFound, PreconditionFailed, UsageError
 from hpkv.topology import (
@@ -121,7 +122,14 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "roleName": {"type": "string", "pattern": r"^$|^[\w+=,.@-]{1,64}$"},
-                "addonVersion": {"type": "string"},
+                "addonVersion": {
+                    "type": "string",
+                    # Empty is the same as "default" (hpkv.yaml files from before it existed).
+                    "pattern": f"^$|{VERSION_POLICY_PATTERN}",
+                    "description": "'default' (EKS's default for the cluster's Kubernetes "
+                    "version; an installed version is kept), 'latest' or an aws-ebs-csi-driver "
+                    "add-on version",
+                },
             },
         },
         "csi": {
@@ -166,7 +174,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
         "highWatermark": 0.8,
         "lowWatermark": 0.6,
     },
-    "ebsCsi": {"roleName": "", "addonVersion": ""},
+    "ebsCsi": {"roleName": "", "addonVersion": "default"},
     "csi": {
         "mountMode": "standalone",
         "provisionerImage": "registry.k8s.io/sig-storage/csi-provisioner:v5.0.1",
