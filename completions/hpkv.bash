@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o "
+    local value_opts=" --answer-tokens --cached-fraction --chart --cluster --cluster-profile --config --context --context-tokens --from --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --through --timeout --tokens --tp --trace --turns --users --workload -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -10,9 +10,12 @@ _hpkv_completion() {
             continue
         fi
         case "$cmdpath|$word" in
+            "|down") cmdpath="down" ;;
+            "|init") cmdpath="init" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
+            "|up") cmdpath="up" ;;
             "tiered-storage|apply") cmdpath="tiered-storage apply" ;;
             "tiered-storage|remove") cmdpath="tiered-storage remove" ;;
             "tiered-storage|status") cmdpath="tiered-storage status" ;;
@@ -24,16 +27,21 @@ _hpkv_completion() {
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
+        --from) COMPREPLY=($(compgen -W "tiered-storage" -- "$cur")); return 0 ;;
+        --through) COMPREPLY=($(compgen -W "tiered-storage" -- "$cur")); return 0 ;;
     esac
     local words
     case "$cmdpath" in
-        "") words="plan simulate tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="down init plan simulate tiered-storage up --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "down") words="--cluster --config --context --debug --delete-data --delete-iam --delete-volumes --dry-run --from --help --kubeconfig --no-wait --output --profile --region --through --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "init") words="--cluster --config --context --debug --dry-run --force --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "plan") words="--cached-fraction --cluster --config --context --debug --dry-run --help --instance-type --kubeconfig --memory-percent --model --no-wait --output --output-tokens --profile --prompt-tokens --region --replicas --rps --timeout --tokens --tp --verbose --version --wait --yes -h -o -v -y" ;;
         "simulate") words="--answer-tokens --chart --cluster --config --context --context-tokens --debug --dry-run --help --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --no-chart --no-wait --output --overlap --prefix-tokens --prefixes --profile --question-tokens --rate --region --replay --replicas --requests --seed --skew --strategy --timeout --tp --trace --turns --users --verbose --version --wait --workload --yes -h -o -v -y" ;;
         "tiered-storage") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --memory-percent --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage remove") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "up") words="--bench --cluster --cluster-profile --config --context --debug --dry-run --from --help --kubeconfig --no-wait --offline --output --profile --region --through --timeout --verbose --version --wait --yes -h -o -v -y" ;;
     esac
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }

@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --config --context --context-tokens --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --timeout --tokens --tp --trace --turns --users --workload -o
+    set -l value_opts --answer-tokens --cached-fraction --chart --cluster --cluster-profile --config --context --context-tokens --from --instance-type --kubeconfig --kvaware-threshold --l2-ttl --memory-percent --model --output --output-tokens --overlap --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --replay --replicas --requests --rps --seed --skew --strategy --through --timeout --tokens --tp --trace --turns --users --workload -o
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -16,12 +16,18 @@ function __hpkv_path
             continue
         end
         switch "$cmdpath|$word"
+            case '|down'
+                set cmdpath 'down'
+            case '|init'
+                set cmdpath 'init'
             case '|plan'
                 set cmdpath 'plan'
             case '|simulate'
                 set cmdpath 'simulate'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
+            case '|up'
+                set cmdpath 'up'
             case 'tiered-storage|apply'
                 set cmdpath 'tiered-storage apply'
             case 'tiered-storage|remove'
@@ -34,9 +40,12 @@ function __hpkv_path
 end
 
 complete -c hpkv -f
+complete -c hpkv -n "test (__hpkv_path) = ''" -a down -d "Remove the stages in reverse order, after one confirmation listing wha"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a init -d "Discover the cluster and write a commented hpkv.yaml (--config FILE to"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a up -d "Run every stage in order: show the combined plan, ask once, apply, ver"
 complete -c hpkv -n "test (__hpkv_path) = ''" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l region -r -d "AWS region (default: AWS_REGION / profile)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
@@ -52,6 +61,44 @@ complete -c hpkv -n "test (__hpkv_path) = ''" -l verbose -s v -d "More progress 
 complete -c hpkv -n "test (__hpkv_path) = ''" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l from -x -a "tiered-storage" -d "Start at this stage (stages run in registry order)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l through -x -a "tiered-storage" -d "Stop after this stage."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-data -d "Also delete cached KV data (Curvine data, PVCs)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-volumes -d "Also delete the EBS volumes stages created."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-iam -d "Also delete the IAM roles and policies stages created."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l force -d "Overwrite an existing config file."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l model -r -d "Catalog key (qwen2-7b, qwen2.5-32b, llama-3.1-8b, llama-3.1-70b, ...),"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l instance-type -r -d "e.g. ml.g6e.4xlarge, ml.g5.12xlarge, ml.p5.48xlarge (default sizing.in"
 complete -c hpkv -n "test (__hpkv_path) = 'plan'" -l replicas -r -d "vLLM replicas (default sizing.replicas, else 2)."
@@ -187,3 +234,24 @@ complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l verbose -s
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l from -x -a "tiered-storage" -d "Start at this stage (stages run in registry order)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l through -x -a "tiered-storage" -d "Stop after this stage."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l bench -d "Also run the benchmark stage at the end."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l offline -d "With --dry-run: plan for an example cluster, calling no API (no creden"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l cluster-profile -r -d "With --offline: the cluster to plan for (default: the embedded example"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l help -s h -d "Show help and exit."

@@ -123,3 +123,14 @@ def kube_proxy(kube_proxy_server: KubeProxy, scenario: Scenario) -> Iterator[Kub
     scenario.proxy = kube_proxy_server
     yield kube_proxy_server
     kube_proxy_server.clear()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Counts from the runbook suites: faults injected, inputs tried, writes on second runs."""
+    from tests.harness.runbook import COUNTS, summary_lines
+
+    lines = summary_lines(COUNTS)
+    if lines:
+        terminalreporter.section("hpkv resilience")
+        for line in lines:
+            terminalreporter.write_line(line)

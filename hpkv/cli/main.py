@@ -154,6 +154,11 @@ def _register() -> None:
 
     app.command("plan")(sizing.plan)
     app.command("simulate")(sizing.simulate)
+    from hpkv.cli import runbook
+
+    app.command("init")(runbook.init)
+    app.command("up")(runbook.up)
+    app.command("down")(runbook.down)
 
 
 _register()
