@@ -71,7 +71,9 @@ def _show_plan(cli: CliState, book: Runbook, *, header: str | None = None) -> No
     if header:
         out.text(header)
     for run in book.runs:
-        out.console.print(f"stage {run.index}/{len(book.runs)}: {run.name} ({run.stage.title})")
+        out.console.print(
+            f"stage {run.index}/{len(book.runs)}: {run.name}: {run.stage.title}", markup=False
+        )
         if run.deferred is not None:
             out.console.print(
                 f"  will be planned after stage {run.deferred.after} runs: {run.deferred.reason}",
@@ -145,13 +147,6 @@ def _outcome(cli: CliState, book: Runbook, *, applied: bool, extra: dict[str, An
         return
     if cli.options.dry_run:
         out.text("dry run: nothing was changed")
-        return
-    if (
-        not applied
-        and book.changes == 0
-        and not book.deferred
-        and not any(r.result for r in book.runs)
-    ):
         return
     out.data(payload, lambda: _results_table(book))
 

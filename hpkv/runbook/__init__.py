@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from hpkv.errors import HpkvError, UsageError
 from hpkv.stages import stage_class, stage_names
@@ -264,6 +264,16 @@ class Runbook:
             try:
                 run.plan = self._plan_one(run)
             except PlanDeferred as deferred:
+                if deferred.after not in [r.name for r in self.runs[: run.index - 1]]:
+                    self._fail(
+                        run,
+                        HpkvError(
+                            f"it needs stage {deferred.after} first, which this run does not "
+                            f"include ({deferred.reason})",
+                            fix=f"include stage {deferred.after} (widen --from/--through)",
+                        ),
+                        planning=True,
+                    )
                 run.deferred, run.state = deferred, "deferred"
                 self._event(run, "deferred", f"will be planned after stage {deferred.after} runs")
                 continue
@@ -361,7 +371,7 @@ class Runbook:
             confirm_more(run)
         run.confirmed_destructive |= new
 
-    def _fail(self, run: StageRun, exc: HpkvError, *, planning: bool) -> None:
+    def _fail(self, run: StageRun, exc: HpkvError, *, planning: bool) -> NoReturn:
         run.state, run.error = "failed", exc
         self._event(run, "failed", f"failed: {exc.message}")
         run.findings = stage_findings(run.stage)

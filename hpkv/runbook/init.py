@@ -30,7 +30,6 @@ QUESTIONS: dict[str, tuple[str, Any]] = {
 }
 
 GPU_LABEL = "nvidia.com/gpu"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 @dataclass
@@ -99,8 +98,7 @@ def is_gpu_type(instance_type: str) -> bool:
 
     if instance_type in BUILTIN_INSTANCE_TYPES:
         return True
-    family = instance_type.removeprefix("ml.").split(".")[0]
-    return family[:1] in ("g", "p") and family not in ("g4ad",)
+    return instance_type.removeprefix("ml.")[:1] in ("g", "p")  # ml.g5, ml.g6e, ml.p4d, ml.p5
 
 
 def gpus_per_node(instance_type: str) -> int:
@@ -168,7 +166,7 @@ def _discover_kubernetes(ctx: RunContext, facts: ClusterFacts) -> None:
     from hpkv.config import Settings
     from hpkv.kube import KubeClients, kube_errors
 
-    settings = Settings(data={**ctx.settings.data, "cluster": facts.name, "context": None})
+    settings = Settings(data={**ctx.settings.data, "cluster": facts.name})
     kube = KubeClients(settings, aws=lambda: ctx.aws, reporter=ctx.reporter)
     try:
         kube.api_client  # noqa: B018 - resolves the context or EKS token auth

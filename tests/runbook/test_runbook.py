@@ -165,6 +165,18 @@ def test_combined_plan_defers_then_replans_right_before_applying() -> None:
     assert lines[-1] == "[3/3] gamma: done, 1 change(s) made"
 
 
+def test_a_stage_deferred_to_a_stage_outside_the_range_fails_before_any_change() -> None:
+    book, _ = _book(first="gamma")
+    with pytest.raises(StageFailed) as info:
+        book.plan()
+    assert info.value.one_line() == (
+        "planning stage gamma failed: it needs stage beta first, which this run does not "
+        "include (gamma reads what beta installs). Fix: include stage beta (widen "
+        "--from/--through); then rerun 'hpkv up'"
+    )
+    assert WORLD["installed"] == set()
+
+
 def test_converged_run_plans_only_none_and_does_not_replan() -> None:
     WORLD["installed"].update({"alpha", "beta", "gamma"})
     book, events = _book()
