@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpkv.stages.base import Check, CheckState
-from tests.cli.test_conventions import _run_on_tty
+from tests.harness.cli import run_on_tty
 from tests.harness.runbook import fresh_cluster
 from tests.harness.scenario import Scenario
 
@@ -90,7 +90,7 @@ def test_up_on_a_terminal_asks_once(
     mark = scenario.mark()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("NO_COLOR", None)
-    status, output = _run_on_tty(["up", "--cluster", "demo"], answer, env)
+    status, output = run_on_tty(["up", "--cluster", "demo"], [(b"[y/N]", answer.encode())], env)
     assert status == code, output
     assert output.count("[y/N]") == 1
     assert "Apply 1 change(s)?" in output
@@ -183,7 +183,7 @@ def test_down_on_a_terminal_lists_the_removals_before_asking(scenario: Scenario)
     fresh_cluster(scenario)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    status, output = _run_on_tty(["down", "--cluster", "demo"], "n", env)
+    status, output = run_on_tty(["down", "--cluster", "demo"], [(b"[y/N]", b"n")], env)
     assert status == 1, output
     removal = output.index("hpkv down will remove:")
     assert "tiered-storage: sagemaker cluster/demo TieredStorageConfig" in output[removal:]

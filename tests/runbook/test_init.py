@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from hpkv.config import load_settings
+from tests.harness.cli import run_on_tty
 from tests.harness.scenario import Scenario
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
@@ -167,27 +164,7 @@ def test_init_writes_where_config_points(scenario: Scenario) -> None:
 def _run_init_on_tty(
     args: list[str], answers: list[tuple[bytes, bytes]], env: dict[str, str]
 ) -> tuple[int, str]:
-    """Run `hpkv init` on a pseudo-terminal, answering each prompt when its text appears."""
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.execve(sys.executable, [sys.executable, "-m", "hpkv", "init", *args], env)
-    output, pending = b"", list(answers)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-        if pending and pending[0][0] in output:
-            os.write(fd, pending.pop(0)[1] + b"\n")
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    return run_on_tty(["init", *args], answers, env)
 
 
 def test_init_on_a_terminal_asks_only_what_it_cannot_discover(scenario: Scenario) -> None:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.harness.kube_proxy import KubeFault, KubeProxy
 from tests.harness.runbook import (
     COUNTS,
     STAGE_HARNESSES,
+    StageHarness,
     end_state,
     fresh_cluster,
     harness_for,
@@ -43,35 +45,27 @@ KUBE_STATUSES = (409, 429, 500)
 _REFERENCE: dict[str, dict[str, Any]] = {}
 
 
-def _missing(stage: str) -> Any:
-    return pytest.param(stage, None, None, id=f"{stage}-no-harness")
+def _cases(targets: Callable[[StageHarness], list[tuple[Any, str]]]) -> list[Any]:
+    """(stage, target, kind) for every registered stage; one failing case for a stage without a
+    StageHarness."""
+    cases = []
+    for stage in stage_names():
+        harness = STAGE_HARNESSES.get(stage)
+        if harness is None:
+            cases.append(pytest.param(stage, None, None, id=f"{stage}-no-harness"))
+            continue
+        for target, kind in targets(harness):
+            label = target if isinstance(target, str) else " ".join(target)
+            cases.append(pytest.param(stage, target, kind, id=f"{stage}-{label}-{kind}"))
+    return cases
 
 
 def _aws_cases() -> list[Any]:
-    cases = []
-    for stage in stage_names():
-        harness = STAGE_HARNESSES.get(stage)
-        if harness is None:
-            cases.append(_missing(stage))
-            continue
-        for action in harness.aws_actions:
-            for kind in AWS_KINDS:
-                cases.append(pytest.param(stage, action, kind, id=f"{stage}-{action}-{kind}"))
-    return cases
+    return _cases(lambda h: [(a, k) for a in h.aws_actions for k in AWS_KINDS])
 
 
 def _kube_cases() -> list[Any]:
-    cases = []
-    for stage in stage_names():
-        harness = STAGE_HARNESSES.get(stage)
-        if harness is None:
-            cases.append(_missing(stage))
-            continue
-        for method, path in harness.kube_requests:
-            for status in KUBE_STATUSES:
-                label = f"{stage}-{method} {path}-{status}"
-                cases.append(pytest.param(stage, (method, path), status, id=label))
-    return cases
+    return _cases(lambda h: [(r, s) for r in h.kube_requests for s in KUBE_STATUSES])
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -259,8 +253,9 @@ def test_killed_at_every_step_boundary_then_rerun_converges(scenario: Scenario, 
         fresh_cluster(scenario)
         scenario.aws.latency = 0.05  # the kill lands while the next call is in flight
         seen, code = _run_up(env, kill_after=index)
+        assert seen == lines[: index + 1], "the run took another path than the reference"
+        assert code == -signal.SIGKILL or (code == 0 and index == len(lines) - 1), code
         COUNTS["faults.kill"] += code == -signal.SIGKILL
-        assert seen[: index + 1] == lines[: index + 1] or code == -signal.SIGKILL
         scenario.aws.latency = 0.0
         mark = scenario.mark()
         again = scenario.hpkv("up", "--cluster", "demo", "--yes")
