@@ -18,17 +18,20 @@ if TYPE_CHECKING:
 
 StageName = enum.StrEnum("StageName", [(n, n) for n in stage_names()])  # type: ignore[misc]
 
+_STAGE_LIST = ", ".join(stage_names())
 FromOpt = Annotated[
     StageName | None,
     typer.Option(
-        "--from", help="Start at this stage (stages run in registry order).", show_default=False
+        "--from",
+        metavar="STAGE",
+        help=f"Start at this stage (in run order: {_STAGE_LIST}).",
+        show_default=False,
     ),
 ]
 ThroughOpt = Annotated[
     StageName | None,
-    typer.Option("--through", help="Stop after this stage.", show_default=False),
+    typer.Option("--through", metavar="STAGE", help="Stop after this stage.", show_default=False),
 ]
-
 
 _EVENT_STYLE = {
     "planning": "dim",
