@@ -155,11 +155,13 @@ def _removable(cls: type[Stage]) -> bool:
 
 
 def stage_findings(stage: Stage) -> list[Check]:
-    """What is wrong with ``stage`` now: its diagnose findings (non-OK checks).
+    """What is wrong with ``stage`` now: its diagnose findings, as non-OK checks.
 
-    Uses ``hpkv.diagnose.findings_for_stage(ctx, name)`` when that module provides it, else the
-    stage's own ``diagnose()``, else its ``status()``. Never raises: a diagnose that cannot run is
-    itself reported as an UNKNOWN finding, so the original failure stays the one shown.
+    ``hpkv.diagnose.findings_for_stage(ctx, name)`` answers alone when it exists. Otherwise the
+    findings are those of ``hpkv diagnose``'s detectors for the stage
+    (``hpkv.health.diagnose.run_detectors``, when that module exists) followed by the stage's own
+    ``diagnose()`` or, without one, its non-OK ``status()`` checks. Never raises: a diagnose that
+    cannot run is reported as an UNKNOWN finding, so the failure being reported stays the one shown.
     """
     try:
         checks = _diagnose(stage)
@@ -177,25 +179,54 @@ def stage_findings(stage: Stage) -> list[Check]:
     return [c for c in checks if c.state is not CheckState.OK]
 
 
-def _diagnose(stage: Stage) -> list[Check]:
-    finder: Callable[..., Any] | None
+def _optional(module: str, attribute: str) -> Any:
+    """``module.attribute`` when both exist (modules other branches provide), else None."""
+    import importlib
+
     try:
-        from hpkv.diagnose import findings_for_stage as finder  # type: ignore[import-not-found]
+        return getattr(importlib.import_module(module), attribute, None)
     except ModuleNotFoundError as exc:
-        if exc.name not in ("hpkv.diagnose", "hpkv"):
-            raise
-        finder = None
-    except ImportError:  # the module exists but has no findings_for_stage
-        finder = None
+        if exc.name is None or not module.startswith(exc.name):
+            raise  # the module exists but is broken: say so
+        return None
+
+
+def _diagnose(stage: Stage) -> list[Check]:
+    finder = _optional("hpkv.diagnose", "findings_for_stage")
     if finder is not None:
         return list(finder(stage.ctx, stage.name))
+    checks = _detector_findings(stage)
     diagnose = getattr(stage, "diagnose", None)
     if callable(diagnose):
-        return list(diagnose())
+        return checks + list(diagnose())
     try:
-        return list(stage.status())
+        return checks + list(stage.status())
     except NotImplementedError:
+        return checks
+
+
+def _detector_findings(stage: Stage) -> list[Check]:
+    """``hpkv diagnose``'s findings for this stage, as checks (none without that module)."""
+    run_detectors = _optional("hpkv.health.diagnose", "run_detectors")
+    new_report = _optional("hpkv.health.diagnose", "new_report")
+    if run_detectors is None or new_report is None:
         return []
+    report = run_detectors(stage.ctx, new_report(stage.ctx), only=[stage.name])
+    checks = [
+        stage.check(
+            finding.id,
+            finding.severity.state,
+            f"{finding.title}: {finding.evidence}",
+            finding.remediation,
+        )
+        for finding in report.findings
+    ]
+    checks += [
+        stage.check(run.detector.id, CheckState.UNKNOWN, f"detector failed: {run.error}")
+        for run in report.detectors
+        if run.result == "failed"
+    ]
+    return checks
 
 
 class Runbook:

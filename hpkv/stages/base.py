@@ -19,8 +19,8 @@ For ``hpkv up`` / ``hpkv down`` (``hpkv.runbook``) a stage may also:
   name it), ``remove_flags`` (the ``down`` flags it honours: ``delete_data``, ``delete_volumes``,
   ``delete_iam``; ``plan_remove`` receives them as keyword arguments) and list what ``down`` keeps
   in ``Plan.kept``;
-* implement ``diagnose()`` -> list of :class:`Check` (findings printed when ``up`` stops at it;
-  the default is the non-OK checks of ``status()``).
+* implement ``diagnose()`` -> list of :class:`Check` (findings printed when ``up`` stops at it,
+  after ``hpkv diagnose``'s detector findings; the default is the non-OK checks of ``status()``).
 
 Planning only reads. A stage already in its desired state yields a plan whose actions are all
 ``none``, and applying it performs zero mutating API calls. Every action re-reads what it needs, so

@@ -40,7 +40,6 @@ OFFLINE = ("up", "--offline", "--dry-run", "--cluster-profile", "profile.yaml")
 
 
 def _flags() -> list[Case]:
-    stages = ", ".join(stage_names())
     cases = [
         Case("up-unknown-option", ("up", "--bogus"), "No such option: --bogus"),
         Case("down-unknown-option", ("down", "--bogus"), "No such option: --bogus"),
@@ -108,7 +107,6 @@ def _flags() -> list[Case]:
                 f"--from {last} comes after --through {first}",
             )
         )
-    assert stages
     return cases
 
 

@@ -366,3 +366,69 @@ def test_findings_prefer_diagnose_module_then_stage_diagnose(
     assert (
         finding.state is CheckState.UNKNOWN and "RuntimeError: bug in diagnose" in finding.evidence
     )
+
+
+def test_findings_include_hpkv_diagnose_detectors_when_present(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With issue 7's `hpkv.health.diagnose` (run_detectors/new_report), its findings for the
+    failed stage come first, then the stage's non-OK status checks."""
+    import sys
+    import types
+    from dataclasses import dataclass as data
+
+    @data
+    class Severity:
+        state: CheckState
+
+    @data
+    class Finding:
+        id: str
+        severity: Severity
+        title: str
+        evidence: str
+        remediation: str
+
+    @data
+    class Detector:
+        id: str
+
+    @data
+    class DetectorRun:
+        detector: Detector
+        result: str
+        error: str = ""
+
+    @data
+    class Report:
+        findings: list[Finding]
+        detectors: list[DetectorRun]
+
+    calls: list[Any] = []
+
+    def run_detectors(ctx: RunContext, report: Report, *, only: list[str]) -> Report:
+        calls.append(only)
+        report.findings.append(
+            Finding(
+                "ai-toolkit-oom",
+                Severity(CheckState.FAIL),
+                "ai-toolkit OOM",
+                "2 restarts",
+                "raise memory",
+            )
+        )
+        report.detectors.append(DetectorRun(Detector("slow-one"), "failed", "timed out after 20s"))
+        return report
+
+    module = types.ModuleType("hpkv.health.diagnose")
+    module.run_detectors = run_detectors  # type: ignore[attr-defined]
+    module.new_report = lambda ctx: Report([], [])  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hpkv.health.diagnose", module)
+    findings = stage_findings(Alpha(RunContext(Settings(data={}))))
+    assert calls == [["alpha"]]
+    assert [(c.name, c.state) for c in findings] == [
+        ("ai-toolkit-oom", CheckState.FAIL),
+        ("slow-one", CheckState.UNKNOWN),
+        ("installed", CheckState.FAIL),
+    ]
+    assert findings[0].evidence == "ai-toolkit OOM: 2 restarts"
