@@ -2,7 +2,7 @@
 _hpkv_completion() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local cmdpath="" word i
-    local value_opts=" --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s "
+    local value_opts=" --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --cluster-profile --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --from --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --through --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s "
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if [[ "$word" == -* ]]; then
@@ -13,13 +13,16 @@ _hpkv_completion() {
             "|bench") cmdpath="bench" ;;
             "|curvine") cmdpath="curvine" ;;
             "|diagnose") cmdpath="diagnose" ;;
+            "|down") cmdpath="down" ;;
             "|endpoint") cmdpath="endpoint" ;;
+            "|init") cmdpath="init" ;;
             "|l2") cmdpath="l2" ;;
             "|operator") cmdpath="operator" ;;
             "|plan") cmdpath="plan" ;;
             "|simulate") cmdpath="simulate" ;;
             "|status") cmdpath="status" ;;
             "|tiered-storage") cmdpath="tiered-storage" ;;
+            "|up") cmdpath="up" ;;
             "bench|compare") cmdpath="bench compare" ;;
             "bench|report") cmdpath="bench report" ;;
             "bench|run") cmdpath="bench run" ;;
@@ -50,11 +53,13 @@ _hpkv_completion() {
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
+        --from) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2" -- "$cur")); return 0 ;;
+        --through) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2" -- "$cur")); return 0 ;;
         --routing-strategy) COMPREPLY=($(compgen -W "prefixaware kvaware session roundrobin" -- "$cur")); return 0 ;;
     esac
     local words
     case "$cmdpath" in
-        "") words="bench curvine diagnose endpoint l2 operator plan simulate status tiered-storage --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "") words="bench curvine diagnose down endpoint init l2 operator plan simulate status tiered-storage up --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench") words="compare report run --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench compare") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --seed --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "bench report") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --results-dir --timeout --verbose --version --wait --yes -h -o -v -y" ;;
@@ -64,11 +69,13 @@ _hpkv_completion() {
         "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "diagnose") words="--bundle --check-timeout --cluster --config --context --deadline --debug --dry-run --ebs-csi-role --help --iam --kubeconfig --list --log-lines --max-size --no-wait --output --profile --region --stage --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "down") words="--cluster --config --context --debug --delete-data --delete-iam --delete-volumes --dry-run --from --help --kubeconfig --no-wait --output --profile --region --through --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "endpoint") words="delete deploy list status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "endpoint delete") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint deploy") words="--cluster --config --context --debug --dry-run --help --hf-token-secret --image --instance-type --invocation-endpoint --kubeconfig --l1 --l2 --max-model-len --model-name --model-source --namespace --no-l1 --no-l2 --no-routing --no-wait --output --profile --region --replicas --routing --routing-strategy --template --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint list") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
         "endpoint status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --namespace --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -n -o -v -y" ;;
+        "init") words="--cluster --config --context --debug --dry-run --force --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "l2") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "l2 apply") words="--cluster --config --context --debug --dry-run --endpoint --help --install-kyverno --kubeconfig --mode --no-wait --output --profile --region --restart --timeout --verbose --version --wait --yes -e -h -o -v -y" ;;
         "l2 remove") words="--cluster --config --context --debug --dry-run --endpoint --help --kubeconfig --mode --no-wait --output --profile --region --restart --timeout --verbose --version --wait --yes -e -h -o -v -y" ;;
@@ -84,6 +91,7 @@ _hpkv_completion() {
         "tiered-storage apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --memory-percent --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage remove") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "tiered-storage status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "up") words="--bench --cluster --cluster-profile --config --context --debug --dry-run --from --help --kubeconfig --no-wait --offline --output --profile --region --through --timeout --verbose --version --wait --yes -h -o -v -y" ;;
     esac
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }

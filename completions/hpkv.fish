@@ -2,7 +2,7 @@
 function __hpkv_path
     set -l tokens (commandline -opc)
     set -l cmdpath ""
-    set -l value_opts --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s
+    set -l value_opts --answer-tokens --api --bundle --cached-fraction --chart --check-timeout --clients --cluster --cluster-profile --concurrency --config --context --context-tokens --deadline --driver --ebs-csi-role --endpoint --first-turn-tokens --from --hf-token-secret --image --instance-type --interval --invocation-endpoint --iterations --kubeconfig --kvaware-threshold --l2-ttl --lengths --log-lines --max-model-len --max-size --max-tokens --memory-percent --mode --model --model-name --model-source --namespace --output --output-tokens --overlap --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --prompt-tokens --question-tokens --rate --region --repetitions --replay --replicas --request-timeout --requests --restart --results-dir --routing-strategy --rps --scenario --seed --sessions --settle-timeout --skew --stage --strategy --suffix-tokens --system-tokens --template --through --timeout --tokenizer --tokens --tp --trace --turn-tokens --turns --url --users --via --workload -e -n -o -s
     set -l skip 0
     for word in $tokens[2..-1]
         if test $skip -eq 1
@@ -22,8 +22,12 @@ function __hpkv_path
                 set cmdpath 'curvine'
             case '|diagnose'
                 set cmdpath 'diagnose'
+            case '|down'
+                set cmdpath 'down'
             case '|endpoint'
                 set cmdpath 'endpoint'
+            case '|init'
+                set cmdpath 'init'
             case '|l2'
                 set cmdpath 'l2'
             case '|operator'
@@ -36,6 +40,8 @@ function __hpkv_path
                 set cmdpath 'status'
             case '|tiered-storage'
                 set cmdpath 'tiered-storage'
+            case '|up'
+                set cmdpath 'up'
             case 'bench|compare'
                 set cmdpath 'bench compare'
             case 'bench|report'
@@ -83,13 +89,16 @@ complete -c hpkv -f
 complete -c hpkv -n "test (__hpkv_path) = ''" -a bench -d "Stage 5: benchmark an inference endpoint — cross-pod L2 hits, TTFT spe"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a curvine -d "Stage 3: the EBS CSI driver and Curvine, the shared NVMe cache (L2), v"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a diagnose -d "Look for known failures (exit 0 none, 1 warnings, 2 critical, 3 a dete"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a down -d "Remove the stages in reverse order, after one confirmation listing wha"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a endpoint -d "Inference endpoints: InferenceEndpointConfigs the HyperPod Inference O"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a init -d "Discover the cluster and write a commented hpkv.yaml (--config FILE to"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a l2 -d "Stage 4: wire inference pods to the Curvine L2 (LMCache fs connector),"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a operator -d "Stage 2: the HyperPod Inference Operator EKS add-on, its dependency ad"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a plan -d "Size L0/L1/L2, compare loading KV from L2 with recomputing it, and pri"
 complete -c hpkv -n "test (__hpkv_path) = ''" -a simulate -d "Simulate N replicas with L0/L1/L2 caches under a workload and compare "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a status -d "Check every stage at once: one table, one overall state (exit 0 OK, 1 "
 complete -c hpkv -n "test (__hpkv_path) = ''" -a tiered-storage -d "Stage 1: HyperPod Tiered Storage, the L1 CPU-memory tier (SageMaker Up"
+complete -c hpkv -n "test (__hpkv_path) = ''" -a up -d "Run every stage in order: show the combined plan, ask once, apply, ver"
 complete -c hpkv -n "test (__hpkv_path) = ''" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l region -r -d "AWS region (default: AWS_REGION / profile)."
 complete -c hpkv -n "test (__hpkv_path) = ''" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
@@ -306,6 +315,27 @@ complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l verbose -s v -d "More p
 complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'diagnose'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l from -x -a "tiered-storage operator curvine l2" -d "Start at this stage (in run order: tiered-storage, operator, curvine, "
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l through -x -a "tiered-storage operator curvine l2" -d "Stop after this stage."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-data -d "Also delete cached KV data (Curvine data, PVCs)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-volumes -d "Also delete the EBS volumes stages created."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l delete-iam -d "Also delete the IAM roles and policies stages created."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'down'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a delete -d "Delete an endpoint after confirmation (--wait waits until the operator"
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a deploy -d "Render an InferenceEndpointConfig and create or update it (server-side"
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint'" -a list -d "List InferenceEndpointConfigs (all namespaces unless -n is given)."
@@ -407,6 +437,23 @@ complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l verbose -s v -d 
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'endpoint status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l force -d "Overwrite an existing config file."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'init'" -l help -s h -d "Show help and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a apply -d "Wire the endpoints pods to the L2, then re-create pods created before "
 complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a remove -d "Delete the policy (or revert the patch), re-create the pods, confirm t"
 complete -c hpkv -n "test (__hpkv_path) = 'l2'" -a status -d "Per endpoint and pod: env, mount, PVC, probe, replica consistency, sta"
@@ -709,3 +756,24 @@ complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l verbose -s
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l debug -d "Show full tracebacks on errors."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l version -d "Print the version and exit."
 complete -c hpkv -n "test (__hpkv_path) = 'tiered-storage status'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l from -x -a "tiered-storage operator curvine l2" -d "Start at this stage (in run order: tiered-storage, operator, curvine, "
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l through -x -a "tiered-storage operator curvine l2" -d "Stop after this stage."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l bench -d "Also run the benchmark stage at the end."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l offline -d "With --dry-run: plan for an example cluster, calling no API (no creden"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l cluster-profile -r -d "With --offline: the cluster to plan for (default: the embedded example"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l help -s h -d "Show help and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l config -r -F -d "Config file (default ./hpkv.yaml, then ~/.config/hpkv/hpkv.yaml)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l region -r -d "AWS region (default: AWS_REGION / profile)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l profile -r -d "AWS profile (default: AWS_PROFILE)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l cluster -r -d "HyperPod cluster name."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l kubeconfig -r -F -d "Kubeconfig file (default: KUBECONFIG, ~/.kube/config)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l context -r -d "Kubeconfig context (default: the one pointing at the clusters EKS API)"
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l output -s o -x -a "table json yaml" -d "Output format: table, json or yaml."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l dry-run -d "Print the plan; change nothing."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l yes -s y -d "Do not ask for confirmation (required without a TTY)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l no-wait -l wait -d "Wait for changes to finish (and for busy resources before starting)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l timeout -r -d "Limit for each wait, e.g. 900, 90s, 15m (default 30m)."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l verbose -s v -d "More progress detail on stderr."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l debug -d "Show full tracebacks on errors."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l version -d "Print the version and exit."
+complete -c hpkv -n "test (__hpkv_path) = 'up'" -l help -s h -d "Show help and exit."

@@ -148,3 +148,14 @@ def curvine(
     env = CurvineEnv(scenario, curvine_chart_repo, shared_dir, monkeypatch)
     yield env
     env.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Counts from the runbook suites: faults injected, inputs tried, writes on second runs."""
+    from tests.harness.runbook import COUNTS, summary_lines
+
+    lines = summary_lines(COUNTS)
+    if lines:
+        terminalreporter.section("hpkv resilience")
+        for line in lines:
+            terminalreporter.write_line(line)

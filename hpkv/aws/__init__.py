@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from hpkv.output.reporter import Reporter
 
 RETRY_MODE_ENV = "HPKV_AWS_RETRY_MODE"
+RETRY_MODES = ("standard", "adaptive", "legacy")
+DEFAULT_RETRIES = 8
+# Seconds to wait for an AWS response before botocore retries the call.
+READ_TIMEOUT_ENV = "HPKV_AWS_READ_TIMEOUT"
+DEFAULT_READ_TIMEOUT = 60.0
 
 _EXPIRED = {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}
 _BAD_CREDENTIALS = {
@@ -76,10 +81,12 @@ class AwsClients:
                 profile_name=self.settings.profile or None,
                 region_name=self.settings.region or None,
             )
-        except botocore.exceptions.ProfileNotFound:
+        except botocore.exceptions.ProfileNotFound as exc:
+            profile = self.settings.profile or getattr(exc, "kwargs", {}).get("profile")
             raise UsageError(
-                f"AWS profile '{self.settings.profile}' is not in your AWS config files",
-                fix="pass an existing --profile (see 'aws configure list-profiles')",
+                f"AWS profile '{profile}' is not in your AWS config files",
+                fix="pass an existing --profile or fix AWS_PROFILE (see 'aws configure "
+                "list-profiles')",
             ) from None
         return session
 
@@ -112,15 +119,38 @@ class AwsClients:
     def _config(self) -> Any:
         from botocore.config import Config
 
-        mode = os.environ.get(RETRY_MODE_ENV, "standard")
-        if mode not in ("standard", "adaptive", "legacy"):
-            mode = "standard"
         return Config(
-            retries={"mode": mode, "max_attempts": 8},
+            retries=self._retries(),
             connect_timeout=10,
-            read_timeout=60,
+            read_timeout=_env_seconds(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT),
             user_agent_extra=f"hpkv/{__version__}",
         )
+
+    def _retries(self) -> dict[str, Any]:
+        """botocore's retry mode (HPKV_AWS_RETRY_MODE) and attempts (AWS_MAX_ATTEMPTS or the
+        profile's max_attempts, counting the first call; default 1 + 8 retries)."""
+        mode = os.environ.get(RETRY_MODE_ENV, "standard")
+        if mode not in RETRY_MODES:
+            raise UsageError(
+                f"{RETRY_MODE_ENV}={mode} is not a botocore retry mode",
+                fix=f"set it to one of {', '.join(RETRY_MODES)}, or unset it (default standard)",
+            )
+        try:
+            total = self.session._session.get_config_variable("max_attempts")
+        except ValueError:
+            raise UsageError(
+                f"AWS_MAX_ATTEMPTS={os.environ.get('AWS_MAX_ATTEMPTS', '')} (or max_attempts in "
+                "the AWS profile) is not a whole number",
+                fix="set it to a whole number of attempts such as 5, or unset it",
+            ) from None
+        if total is None:
+            return {"mode": mode, "max_attempts": DEFAULT_RETRIES}
+        if int(total) < 1:
+            raise UsageError(
+                f"AWS max_attempts is {total}; at least 1 is needed",
+                fix="set AWS_MAX_ATTEMPTS to 1 or more, or unset it",
+            )
+        return {"mode": mode, "total_max_attempts": int(total)}
 
     def client(self, service: str) -> Any:
         with self._lock:  # boto3 client creation is not thread-safe
@@ -155,6 +185,22 @@ class AwsClients:
     def caller_identity(self) -> dict[str, Any]:
         with translate_errors("sts:GetCallerIdentity"):
             return self.sts.get_caller_identity()
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(
+            f"{name}={raw} is not a positive number of seconds",
+            fix=f"set {name} to seconds such as 60, or unset it",
+        )
+    return value
 
 
 def error_code(exc: BaseException) -> str:

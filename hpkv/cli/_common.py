@@ -42,6 +42,8 @@ class GlobalOptions:
     debug: bool = False
     # Extra top-level config values set by a command's own flags.
     overrides: dict[str, Any] = field(default_factory=dict)
+    # False: ignore config files (``hpkv init`` writes the file rather than reading it).
+    read_config: bool = True
 
 
 class CliState:
@@ -62,6 +64,8 @@ class CliState:
             "timeout": self.options.timeout,
         }
         flags.update(self.options.overrides)
+        if not self.options.read_config:
+            return load_settings(flags=flags, read_file=False)
         return load_settings(config_path=self.options.config, flags=flags)
 
     @cached_property
@@ -106,15 +110,22 @@ def is_interactive() -> bool:
         return False
 
 
-def confirm_changes(cli: CliState, plans: Sequence[Plan], *, verb: str = "apply") -> bool:
-    """True when the plans' changes may be made now; False for a dry run or nothing to do."""
+def confirm_changes(
+    cli: CliState, plans: Sequence[Plan], *, verb: str = "apply", deferred: int = 0
+) -> bool:
+    """True when the plans' changes may be made now; False for a dry run or nothing to do.
+
+    ``deferred`` counts stages that will be planned once earlier ones have run (``hpkv up``).
+    """
     changes = [a for p in plans for a in p.changes]
-    if not changes or cli.options.dry_run:
+    if not (changes or deferred) or cli.options.dry_run:
         return False
     if cli.options.yes:
         return True
     destructive = [a for p in plans for a in p.destructive]
     what = f"{len(changes)} change(s)"
+    if deferred:
+        what += f" and {deferred} stage(s) planned after earlier ones run"
     if not is_interactive():
         raise ConfirmationRequired(
             f"refusing to {verb} {what} without confirmation (not on a terminal)",

@@ -102,6 +102,11 @@ class HpkvGroup(TyperGroup):
     invocation: Invocation = Invocation()
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if (args and GLOBAL_OPTIONS.get(args[-1])) or (args and args[-1] in _SHORT_WITH_VALUE):
+            # hoisted to the front it would swallow the subcommand's name as its value
+            from typer._click.exceptions import UsageError as ClickUsageError
+
+            raise ClickUsageError(f"Option '{args[-1]}' requires an argument", ctx=ctx)
         hoisted, rest = split_global_options(args)
         self.invocation = Invocation(
             command_path=self._command_path(rest), debug="--debug" in hoisted
@@ -185,7 +190,7 @@ class HpkvGroup(TyperGroup):
             sys.stdout.write(ctx.get_help() + "\n")
             return ExitCode.OK
         where = ctx.command_path if ctx is not None else PROG
-        message = " ".join(exc.format_message().split())
+        message = " ".join(exc.format_message().split()).rstrip(".")
         _fail(f"{message}. Fix: see '{where} --help'")
         return ExitCode.STATUS_UNKNOWN if self.invocation.is_status else ExitCode.USAGE
 

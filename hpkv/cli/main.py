@@ -154,11 +154,16 @@ def _register() -> None:
         endpoint,
         l2,
         operator,
+        runbook,
         sizing,
         status,
         tiered_storage,
     )
 
+    # the whole runbook
+    app.command("init")(runbook.init)
+    app.command("up")(runbook.up)
+    app.command("down")(runbook.down)
     # operations across all stages
     app.command("status")(status.status)
     app.command("diagnose")(diagnose.diagnose)

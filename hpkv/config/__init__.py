@@ -49,6 +49,11 @@ def find_config_file(explicit: str | None) -> Path | None:
     """The config file to read, or None. An explicit path must exist."""
     if explicit:
         path = Path(explicit).expanduser()
+        if path.is_dir():
+            raise ConfigError(
+                f"config file {explicit} is a directory",
+                fix=f"pass the YAML file itself, e.g. --config {Path(explicit) / CONFIG_FILENAME}",
+            )
         if not path.is_file():
             raise ConfigError(
                 f"config file {explicit} does not exist",
@@ -192,17 +197,22 @@ def load_settings(
     config_path: str | None = None,
     flags: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    read_file: bool = True,
 ) -> Settings:
-    """Load, merge and validate configuration. Raises ConfigError with a one-line cause+fix."""
+    """Load, merge and validate configuration. Raises ConfigError with a one-line cause+fix.
+
+    ``read_file=False`` ignores every config file (``hpkv init``, which writes one).
+    """
     environ = os.environ if environ is None else environ
     explicit = config_path or environ.get("HPKV_CONFIG")
-    path = find_config_file(explicit)
+    path = find_config_file(explicit) if read_file else None
     file_data = read_config_file(path) if path else {}
     where = str(path) if path else "configuration"
     validate(file_data, where=where, partial=True)
     env_data = env_overrides(environ)
     validate(env_data, where="HPKV_* environment variables", partial=True, env=True)
     flag_data = {k: v for k, v in (flags or {}).items() if v is not None}
+    validate(flag_data, where="command line", partial=True, flags=True)
     merged = deep_merge(deep_merge(deep_merge(defaults(), file_data), env_data), flag_data)
     validate(merged, where=where, partial=False)
     return Settings(data=merged, source=path, from_flags=set(flag_data))

@@ -88,6 +88,15 @@ def defaults() -> dict[str, Any]:
     return {name: defaults for name, (_schema, defaults) in _sections().items()}
 
 
+def _region_hint(value: str) -> str | None:
+    """'did you mean' for common region typos: case, a missing hyphen, underscores."""
+    text = value.strip().lower().replace("_", "-")
+    for candidate in (text, re.sub(r"([a-z])(\d)$", r"\1-\2", text)):
+        if candidate != value and re.match(_REGION, candidate):
+            return f"did you mean '{candidate}'?"
+    return None
+
+
 def _key_path(path: list[Any]) -> str:
     return ".".join(str(p) for p in path)
 
@@ -113,8 +122,16 @@ def _schema_at(schema: dict[str, Any], path: list[Any]) -> dict[str, Any]:
     return node
 
 
-def validate(data: dict[str, Any], *, where: str, partial: bool = True, env: bool = False) -> None:
-    """Raise ConfigError naming the first invalid key, or return."""
+def validate(
+    data: dict[str, Any],
+    *,
+    where: str,
+    partial: bool = True,
+    env: bool = False,
+    flags: bool = False,
+) -> None:
+    """Raise ConfigError naming the first invalid key (its variable with ``env``, its option
+    with ``flags``), or return."""
     import jsonschema
 
     schema = full_schema()
@@ -136,6 +153,8 @@ def validate(data: dict[str, Any], *, where: str, partial: bool = True, env: boo
         fix = hint or (f"remove it; known keys here: {', '.join(known)}" if known else "remove it")
         raise ConfigError(f"{where}: unknown key '{label}'", fix=fix)
     label = _env_name(path) if env else (_key_path(path) or "top level")
+    if flags and len(path) == 1:
+        label = "--" + _snake(str(path[0])).lower().replace("_", "-")
     value = error.instance
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     if error.validator == "type":
@@ -148,11 +167,22 @@ def validate(data: dict[str, Any], *, where: str, partial: bool = True, env: boo
     elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         sub = _schema_at(schema, path)
         lo, hi = sub.get("minimum"), sub.get("maximum")
-        message = f"{where}: {label} is {shown}, outside the valid range {lo}..{hi}"
+        if hi is None:
+            message = f"{where}: {label} is {shown}, below the minimum {lo}"
+        elif lo is None:
+            message = f"{where}: {label} is {shown}, above the maximum {hi}"
+        else:
+            message = f"{where}: {label} is {shown}, outside the valid range {lo}..{hi}"
+    elif error.validator == "pattern":
+        message = (
+            f"{where}: {label} is {shown}, which is not a valid {path[-1] if path else 'value'}"
+        )
     else:
         message = f"{where}: {label} is {shown}: {error.message}"
     description = _schema_at(schema, path).get("description")
     fix = _FIXES.get(str(path[0]) if path else "") if len(path) == 1 else None
+    if path == ["region"] and isinstance(value, str):
+        fix = _region_hint(value) or fix
     fix = (
         fix
         or _schema_at(schema, path).get("x-fix")

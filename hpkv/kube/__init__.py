@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -87,6 +89,11 @@ class KubeClients:
 
     def _connect(self) -> Any:
         path = default_kubeconfig_path(self.settings.kubeconfig)
+        if path is not None and os.path.isdir(path):
+            raise UsageError(
+                f"kubeconfig {path} is a directory",
+                fix="point --kubeconfig (or KUBECONFIG) at the kubeconfig file itself",
+            )
         if self.settings.kubeconfig and (path is None or not os.path.isfile(path)):
             raise UsageError(
                 f"kubeconfig {self.settings.kubeconfig} does not exist",
@@ -119,6 +126,7 @@ class KubeClients:
                 f"context '{context}' is not in kubeconfig {path}",
                 fix=f"use one of: {', '.join(names) or '(none)'}; or omit --context",
             )
+        self._check_exec_plugin(path, context or self._current_context(path))
         configuration = client.Configuration()
         try:
             config.load_kube_config(
@@ -139,8 +147,30 @@ class KubeClients:
             ) from None
         self.kubeconfig_path = path
         self.context_name = context or self._current_context(path)
+        if not urllib.parse.urlparse(configuration.host or "").hostname:
+            raise UsageError(
+                f"kubeconfig {path}: context '{self.context_name}' has no server URL",
+                fix="set the cluster entry's 'server:' (or run 'aws eks update-kubeconfig'), or "
+                "pass --cluster without --context",
+            )
         self.description = f"context '{self.context_name}' ({configuration.host})"
         return self._client(configuration)
+
+    def _check_exec_plugin(self, path: str, context: str | None) -> None:
+        """A user that runs a credential plugin (e.g. 'aws eks get-token') needs it installed;
+        the kubernetes client would only log the failure and carry on unauthenticated."""
+        data = getattr(self, "_kubeconfig_data", None) or {}
+        ctx = next((c for c in data.get("contexts") or [] if c.get("name") == context), None)
+        user_name = ((ctx or {}).get("context") or {}).get("user")
+        users = [u for u in data.get("users") or [] if isinstance(u, dict)]
+        user = next((u.get("user") or {} for u in users if u.get("name") == user_name), {})
+        command = (user.get("exec") or {}).get("command") if isinstance(user, dict) else None
+        if command and not shutil.which(str(command)):
+            raise UsageError(
+                f"kubeconfig {path}: user '{user_name}' runs {command}, which is not installed",
+                fix="install it (for 'aws eks get-token': the AWS CLI), or pass --cluster without "
+                "--context and hpkv authenticates with your AWS credentials",
+            )
 
     def _contexts(self, path: str) -> list[dict[str, Any]]:
         import yaml

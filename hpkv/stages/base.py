@@ -22,6 +22,19 @@ For ``hpkv status`` and ``hpkv diagnose`` a stage may also offer (all optional, 
 
 Reads several checks share go through ``ctx.memo`` (see ``hpkv.reads``), so one health run fetches
 each of them once.
+For ``hpkv up`` / ``hpkv down`` (``hpkv.runbook``) a stage may also:
+
+* raise :class:`PlanDeferred` from ``plan``/``plan_remove`` when its plan needs an earlier stage's
+  result (e.g. the L2 policy needs the operator's CRD): ``up`` shows "will be planned after stage
+  X runs" in the combined plan and plans the stage again right before applying it;
+* implement ``plan_offline(profile)``: the plan for a fresh example cluster described by a
+  :class:`hpkv.runbook.profile.ClusterProfile`, with no API call (``hpkv up --offline --dry-run``);
+* set ``optional = True`` (``up`` runs it only with ``--bench`` or when ``--from``/``--through``
+  name it), ``remove_flags`` (the ``down`` flags it honours: ``delete_data``, ``delete_volumes``,
+  ``delete_iam``; ``plan_remove`` receives them as keyword arguments) and list what ``down`` keeps
+  in ``Plan.kept``;
+* implement ``diagnose()`` -> list of :class:`Check` (findings printed when ``up`` stops at it,
+  after ``hpkv diagnose``'s detector findings; the default is the non-OK checks of ``status()``).
 
 Planning only reads. A stage already in its desired state yields a plan whose actions are all
 ``none``, and applying it performs zero mutating API calls. Every action re-reads what it needs, so
@@ -37,8 +50,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpkv.errors import PreconditionFailed
+
 if TYPE_CHECKING:
     from hpkv.context import RunContext
+    from hpkv.runbook.profile import ClusterProfile
 
 
 class CheckState(StrEnum):
@@ -216,6 +232,19 @@ class IamNeed:
     why: str = ""
 
 
+class PlanDeferred(PreconditionFailed):
+    """A stage cannot be planned until an earlier stage has run (``after`` names that stage).
+
+    ``hpkv up`` shows the stage as "will be planned after stage <after> runs" and plans it again
+    right before applying it; a stage command run on its own shows it as one line with the fix.
+    """
+
+    def __init__(self, after: str, reason: str, *, fix: str | None = None) -> None:
+        super().__init__(reason, fix=fix or f"run stage '{after}' first ('hpkv up' does it)")
+        self.after = after
+        self.reason = reason.rstrip(".")
+
+
 class Verb(StrEnum):
     CREATE = "create"
     UPDATE = "update"
@@ -283,6 +312,8 @@ class Plan:
     stage: str
     actions: list[Action] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # What a removal leaves in place (data, volumes, IAM roles) and the flag that would delete it.
+    kept: list[str] = field(default_factory=list)
 
     @property
     def changes(self) -> list[Action]:
@@ -301,12 +332,15 @@ class Plan:
         return action
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "stage": self.stage,
             "changes": len(self.changes),
             "actions": [a.to_dict() for a in self.actions],
             "notes": list(self.notes),
         }
+        if self.kept:
+            data["kept"] = list(self.kept)
+        return data
 
 
 @dataclass
@@ -331,6 +365,10 @@ class Stage:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
     number: ClassVar[int] = 0
+    # ``hpkv up`` runs an optional stage (the benchmark) only with --bench or when named.
+    optional: ClassVar[bool] = False
+    # The ``hpkv down`` flags plan_remove honours: "delete_data", "delete_volumes", "delete_iam".
+    remove_flags: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -371,6 +409,18 @@ class Stage:
 
     def plan_remove(self, **options: Any) -> Plan:
         raise NotImplementedError
+
+    def plan_offline(self, profile: ClusterProfile) -> Plan:
+        """The plan for the fresh cluster ``profile`` describes, computed without any API call.
+
+        Stages without an offline model say so in a note. A good implementation feeds the
+        profile's API-shaped answers (``profile.describe_hyperpod()`` ...) to the same code the
+        live ``plan`` uses, and assumes the earlier stages have run.
+        """
+        return Plan(
+            stage=self.name,
+            notes=[f"no offline plan for {self.title or self.name} yet; run with a cluster"],
+        )
 
     # --- writes ------------------------------------------------------------------------------
     def apply(self, plan: Plan) -> ApplyResult:

@@ -12,7 +12,7 @@ reaches it at ``sagemaker-hyperpod://<node-ip>:9200``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpkv import reads
 from hpkv.aws import sagemaker
@@ -33,6 +33,9 @@ from hpkv.stages.base import (
     Stage,
     Verb,
 )
+
+if TYPE_CHECKING:
+    from hpkv.runbook.profile import ClusterProfile
 
 MIN_PERCENT = 20
 MAX_PERCENT = 100
@@ -396,6 +399,17 @@ class TieredStorageStage(Stage):
         cluster = self._ready_cluster()
         return self._plan_config(cluster, {"Mode": "Disable"})
 
+    def plan_offline(self, profile: ClusterProfile) -> Plan:
+        """The live plan, computed from the profile's DescribeCluster answer (no API call)."""
+        percent = validate_percent(self.configured_percent())
+        plan = self._plan_config(profile.describe_hyperpod(), desired_config(percent))
+        if plan.changes:
+            plan.notes.append(
+                f"then waits for {profile.name} to return to InService and for the "
+                f"{DAEMONSET_NAME} DaemonSet to be ready on its {profile.node_count} node(s)"
+            )
+        return plan
+
     def _plan_config(self, cluster: dict[str, Any], desired: dict[str, Any]) -> Plan:
         name = cluster["ClusterName"]
         plan = Plan(stage=self.name)
@@ -436,9 +450,16 @@ class TieredStorageStage(Stage):
 
     # --- writes ------------------------------------------------------------------------------
     def _update(self, name: str, desired: dict[str, Any], node_recovery: str) -> None:
-        sagemaker.update_cluster(
-            self.ctx.aws, name, TieredStorageConfig=desired, NodeRecovery=node_recovery
-        )
+        try:
+            sagemaker.update_cluster(
+                self.ctx.aws, name, TieredStorageConfig=desired, NodeRecovery=node_recovery
+            )
+        except PreconditionFailed:
+            # botocore retries a call whose answer timed out; when the first attempt was applied,
+            # the retry conflicts with it (the cluster is Updating) although the change is made
+            if _same_config(current_config(self._cluster()), desired):
+                return
+            raise
 
     def apply(self, plan: Plan) -> ApplyResult:
         result = self.run_plan(plan)

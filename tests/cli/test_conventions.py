@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.harness.aws import Fault
+from tests.harness.cli import run_on_tty
 from tests.harness.scenario import Scenario
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
@@ -81,27 +79,7 @@ def test_mutation_without_tty_needs_yes(scenario: Scenario) -> None:
 
 def _run_on_tty(args: list[str], answer: str, env: dict[str, str]) -> tuple[int, str]:
     """Run hpkv on a real pseudo-terminal and answer its prompt."""
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.execve(sys.executable, [sys.executable, "-m", "hpkv", *args], env)
-    output = b""
-    answered = False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-            if not answered and b"[y/N]" in output:
-                os.write(fd, answer.encode() + b"\n")
-                answered = True
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    return run_on_tty(args, [(b"[y/N]", answer.encode())], env)
 
 
 @pytest.mark.parametrize(("answer", "expected_code", "expected_writes"), [("n", 1, 0), ("y", 0, 1)])

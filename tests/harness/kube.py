@@ -565,6 +565,10 @@ class KubeHarness:
         return [e for e in self.audit_since(mark, user=user) if e.verb in WRITE_VERBS]
 
     # --- reset between tests --------------------------------------------------------------------
+    def inventory(self) -> set[tuple[str, str, str, str]]:
+        """Objects beyond the session baseline: (groupVersion, resource, namespace, name)."""
+        return self._inventory() - self._baseline
+
     def _inventory(self) -> set[tuple[str, str, str, str]]:
         items: set[tuple[str, str, str, str]] = set()
         for res, obj in self._all_objects():

@@ -64,7 +64,7 @@ class Fault:
 
     service: str
     action: str = "*"
-    kind: str = "throttle"  # throttle | server | deny | expired | delay
+    kind: str = "throttle"  # throttle | server | unavailable | deny | expired | delay | late
     times: int = 1
     seconds: float = 0.0
 
@@ -135,7 +135,10 @@ class _Middleware:
                 f"{request.service}/aws4_request, SignedHeaders=host, Signature=presigned"
             )
         fault = emulator._take_fault(request.service, request.action)
-        if fault is not None:
+        # "late": the call is processed now and its response leaves `seconds` later (a client
+        # timeout then retries a call that already took effect)
+        late = fault.seconds if fault is not None and fault.kind == "late" else 0.0
+        if fault is not None and fault.kind != "late":
             if fault.kind == "delay":
                 time.sleep(fault.seconds)
             else:
@@ -162,6 +165,7 @@ class _Middleware:
         if extension is not None and extension.handles(request.action):
             status_code, resp_headers, payload = emulator._dispatch(extension, request)
             emulator._log(request, status_code)
+            time.sleep(late)
             return _respond(start_response, status_code, resp_headers, payload)
         captured: dict[str, int] = {}
 
@@ -173,6 +177,7 @@ class _Middleware:
 
         result = self.app(environ, _start)
         emulator._log(request, captured.get("status", 0))
+        time.sleep(late)
         return result
 
 

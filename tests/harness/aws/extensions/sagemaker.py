@@ -1,5 +1,6 @@
 """SageMaker HyperPod clusters: CreateCluster, DescribeCluster, ListClusters, UpdateCluster,
-DeleteCluster, ListClusterNodes — with the rules hpkv depends on:
+DeleteCluster, ListClusterNodes (paginated with MaxResults/NextToken) — with the rules hpkv
+depends on:
 
 * UpdateCluster with ``TieredStorageConfig`` but neither ``NodeRecovery`` nor ``InstanceGroups``
   fails with ValidationException (the published runbook's "API note");
@@ -87,10 +88,12 @@ class SageMakerExtension(Extension):
         self.clusters: dict[str, HyperPodCluster] = {}
         self.update_describes = 1
         self.on_in_service: list[Callable[[HyperPodCluster], None]] = []
+        self.page_size = 100  # List* page size without MaxResults (tests lower it)
 
     def reset(self) -> None:
         self.clusters.clear()
         self.update_describes = 1
+        self.page_size = 100
         self.on_in_service.clear()
 
     # --- seeding (tests) ------------------------------------------------------------------------
@@ -172,6 +175,23 @@ class SageMakerExtension(Extension):
         self._advance(cluster)
         return cluster.describe()
 
+    def _page(
+        self, request: ParsedRequest, key: str, items: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """One page of ``items`` (MaxResults, else ``page_size``) with a NextToken, as the API does."""
+        params = request.params
+        size = int(params.get("MaxResults") or self.page_size)
+        token = params.get("NextToken")
+        start = 0
+        if token is not None:
+            if not str(token).startswith("page-") or not str(token)[5:].isdigit():
+                raise AwsError("ValidationException", f"Invalid NextToken: {token}")
+            start = int(str(token)[5:])
+        result: dict[str, Any] = {key: items[start : start + size]}
+        if start + size < len(items):
+            result["NextToken"] = f"page-{start + size}"
+        return result
+
     def op_ListClusters(self, request: ParsedRequest) -> dict[str, Any]:
         summaries = [
             {
@@ -182,7 +202,7 @@ class SageMakerExtension(Extension):
             }
             for c in self.clusters.values()
         ]
-        return {"ClusterSummaries": summaries}
+        return self._page(request, "ClusterSummaries", summaries)
 
     def op_ListClusterNodes(self, request: ParsedRequest) -> dict[str, Any]:
         cluster = self._get(request.params["ClusterName"])
@@ -198,7 +218,7 @@ class SageMakerExtension(Extension):
                         "LaunchTime": cluster.created,
                     }
                 )
-        return {"ClusterNodeSummaries": nodes}
+        return self._page(request, "ClusterNodeSummaries", nodes)
 
     def op_UpdateCluster(self, request: ParsedRequest) -> dict[str, Any]:
         params = request.params
