@@ -137,10 +137,10 @@ def checks_table(checks: Sequence[Check], *, title: str | None = None) -> Table:
     table = Table(title=title, show_lines=False, expand=False)
     if show_stage:
         table.add_column("STAGE", no_wrap=True)
-    table.add_column("CHECK", no_wrap=True)
+    table.add_column("CHECK", overflow="fold", ratio=1)
     table.add_column("STATE", no_wrap=True)
-    table.add_column("EVIDENCE")
-    table.add_column("REMEDIATION")
+    table.add_column("EVIDENCE", overflow="fold", ratio=3)
+    table.add_column("REMEDIATION", overflow="fold", ratio=2)
     for check in checks:
         style = STATE_STYLE[check.state.value]
         row = [
@@ -163,8 +163,8 @@ def plan_renderable(plans: Sequence[Plan], *, show_diff: bool = True) -> Any:
         table = Table(title=f"plan: {plan.stage}", expand=False)
         table.add_column("#", justify="right")
         table.add_column("VERB", no_wrap=True)
-        table.add_column("TARGET", no_wrap=True)
-        table.add_column("CHANGE")
+        table.add_column("TARGET", overflow="fold", ratio=2)
+        table.add_column("CHANGE", overflow="fold", ratio=3)
         for i, action in enumerate(plan.actions, 1):
             style = VERB_STYLE[action.verb.value]
             verb = action.verb.value + (" (destructive)" if action.destructive else "")
