@@ -63,6 +63,11 @@ class EndpointRef:
         return f"{self.namespace}/{self.name}"
 
 
+def endpoint_api_served(kube: KubeClients) -> bool:
+    """Whether the operator's InferenceEndpointConfig API is served (its CRD is installed)."""
+    return kube.serves(INFERENCE_API_VERSION, ENDPOINT_KIND)
+
+
 def list_endpoints(kube: KubeClients, namespace: str | None = None) -> list[EndpointRef]:
     """InferenceEndpointConfigs in the cluster (all namespaces by default); [] if the CRD is absent."""
     from hpkv.errors import NotFound

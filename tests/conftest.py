@@ -150,6 +150,25 @@ def curvine(
     env.stop()
 
 
+@pytest.fixture
+def runbook_world(
+    scenario: Scenario,
+    curvine_chart_repo: object,
+    shared_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[object]:
+    """Every stage's world for `hpkv up`/`hpkv down` (tests/harness/runbook.py); call
+    fresh_cluster(world) for the HyperPod cluster 'demo' with nothing installed."""
+    from tests.harness.runbook import RunbookWorld
+
+    storage = tmp_path / "l2-storage"
+    storage.mkdir()
+    world = RunbookWorld(scenario, shared_dir, curvine_chart_repo, storage).start(monkeypatch)
+    yield world
+    world.stop()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Counts from the runbook suites: faults injected, inputs tried, writes on second runs."""
     from tests.harness.runbook import COUNTS, summary_lines

@@ -60,16 +60,26 @@ def plan_oidc_provider(
     aws: AwsClients, account: str, issuer: str, tags: list[dict[str, str]]
 ) -> Action:
     """Register the EKS cluster's OIDC issuer with IAM unless it is registered."""
-    target = f"iam oidc-provider/{iam.issuer_host(issuer)}"
     if iam.oidc_provider_exists(aws, iam.oidc_provider_arn(account, issuer)):
-        return Action(target, Verb.NONE, "exists")
+        return Action(oidc_provider_target(issuer), Verb.NONE, "exists")
+    return oidc_provider_creation(aws, issuer, tags)
+
+
+def oidc_provider_target(issuer: str) -> str:
+    return f"iam oidc-provider/{iam.issuer_host(issuer)}"
+
+
+def oidc_provider_creation(
+    aws: AwsClients | None, issuer: str, tags: list[dict[str, str]]
+) -> Action:
+    """The CREATE action for the provider (``aws`` None: a plan that is only shown)."""
     return Action(
-        target,
+        oidc_provider_target(issuer),
         Verb.CREATE,
         f"register the EKS OIDC issuer for IRSA (client ID {iam.STS_AUDIENCE})",
         None,
         {"url": issuer, "clientIds": [iam.STS_AUDIENCE]},
-        run=lambda: iam.create_oidc_provider(aws, issuer, tags),
+        run=(lambda: iam.create_oidc_provider(aws, issuer, tags)) if aws is not None else None,
     )
 
 
@@ -238,6 +248,12 @@ def plan_role_with_permissions(
             aws, role, live, attached
         )
     require_policies(aws, role, list(role.managed))
+    return [role_creation(aws, role)]
+
+
+def role_creation(aws: AwsClients | None, role: IrsaRole) -> Action:
+    """ONE CREATE action for a missing role: role, trust, managed and inline policies (``aws``
+    None: a plan that is only shown)."""
     trust = role.trust_document()
     desired = {
         "trust": trust,
@@ -246,13 +262,15 @@ def plan_role_with_permissions(
     }
 
     def create() -> None:
+        assert aws is not None
         iam.create_role(aws, role.name, trust, description=role.description, tags=role.tags)
         for arn in role.managed:
             iam.attach_policy(aws, role.name, arn)
         if role.inline is not None:
             iam.put_inline_policy(aws, role.name, *role.inline)
 
-    return [Action(role.target, Verb.CREATE, role.create_summary, None, desired, run=create)]
+    run = create if aws is not None else None
+    return Action(role.target, Verb.CREATE, role.create_summary, None, desired, run=run)
 
 
 def require_policies(aws: AwsClients, role: IrsaRole, arns: list[str]) -> None:

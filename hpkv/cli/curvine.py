@@ -59,12 +59,23 @@ def remove(
         bool,
         typer.Option(
             "--delete-data",
+            help="Also delete the L2 PVCs and the cached KV blocks in them; kept by default.",
+        ),
+    ] = False,
+    delete_volumes: Annotated[
+        bool,
+        typer.Option(
+            "--delete-volumes",
             help="Also delete the master's metadata/journal volumes (EBS); kept by default.",
         ),
     ] = False,
 ) -> None:
-    """Delete the L2 PVCs and StorageClass and uninstall both charts, after confirmation."""
+    """Delete the L2 StorageClass and uninstall both charts, after confirmation.
+
+    The L2 PVCs (cached KV data) and the master's EBS volumes stay unless --delete-data or
+    --delete-volumes names them.
+    """
     cli = state(ctx)
     stage = _stage(ctx)
-    plan = stage.plan_remove(delete_data=delete_data)
+    plan = stage.plan_remove(delete_data=delete_data, delete_volumes=delete_volumes)
     emit_plan_and_apply(cli, [plan], stage.remove, verb="remove")

@@ -84,8 +84,6 @@ def _show_plan(cli: CliState, book: Runbook, *, header: str | None = None) -> No
             )
         elif run.plan is not None:
             out.console.print(plan_renderable([run.plan]))
-            for kept in run.plan.kept:
-                out.console.print(f"  kept: {kept}", markup=False)
     deferred = len(book.deferred)
     summary = f"{book.changes} change(s) in {len(book.runs)} stage(s)"
     if deferred:

@@ -174,9 +174,10 @@ def validate(
         else:
             message = f"{where}: {label} is {shown}, outside the valid range {lo}..{hi}"
     elif error.validator == "pattern":
-        message = (
-            f"{where}: {label} is {shown}, which is not a valid {path[-1] if path else 'value'}"
-        )
+        noun = path[-1] if path else "value"
+        if isinstance(noun, int) and len(path) > 1:
+            noun = f"{path[-2]} entry"  # a list item: name the list
+        message = f"{where}: {label} is {shown}, which is not a valid {noun}"
     else:
         message = f"{where}: {label} is {shown}: {error.message}"
     description = _schema_at(schema, path).get("description")

@@ -174,6 +174,8 @@ def plan_renderable(plans: Sequence[Plan], *, show_diff: bool = True) -> Any:
         parts.append(table)
         for note in plan.notes:
             parts.append(Text(f"note: {note}"))
+        for kept in plan.kept:
+            parts.append(Text(f"kept: {kept}"))
         if show_diff:
             for action in plan.changes:
                 diff = action.diff()

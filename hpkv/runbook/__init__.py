@@ -138,13 +138,17 @@ def select_stages(
     chosen = []
     for name in names[start : end + 1]:
         cls = stage_class(name)
-        if cls.optional:
-            wanted = bench or name in (first, last)
-            if direction == "down":
-                wanted = wanted or _removable(cls)
-            if not wanted:
-                continue
+        if direction == "down" and not _removable(cls):
+            continue  # nothing to remove (the benchmark leaves nothing behind)
+        if cls.optional and direction == "up" and not (bench or name in (first, last)):
+            continue
         chosen.append(name)
+    if not chosen:
+        raise UsageError(
+            f"stage {names[start]} has nothing to remove",
+            fix="pick a range with stages that install something: "
+            + ", ".join(n for n in names if _removable(stage_class(n))),
+        )
     return list(reversed(chosen)) if direction == "down" else chosen
 
 

@@ -75,6 +75,22 @@ SCHEMA: dict[str, Any] = {
                 "namespaces": {"type": "array", "items": {"type": "string"}},
             },
         },
+        "endpoints": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                    "namespace": {
+                        "type": "string",
+                        "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                    },
+                    "replicas": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
     },
 }
 
@@ -96,6 +112,8 @@ class ClusterProfile:
     helm_releases: list[dict[str, Any]] = field(default_factory=list)
     storage_classes: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
+    # InferenceEndpointConfigs deployed once the operator runs: {name, namespace, replicas}
+    endpoints: list[dict[str, Any]] = field(default_factory=list)
     source: str = "the embedded example profile"
 
     # --- API-shaped views -----------------------------------------------------------------------
@@ -163,6 +181,13 @@ class ClusterProfile:
                     }
                 )
         return nodes
+
+    def endpoint_refs(self) -> list[tuple[str, str, int]]:
+        """(namespace, name, replicas) of each endpoint the profile lists."""
+        return sorted(
+            (str(e.get("namespace") or "default"), str(e["name"]), int(e.get("replicas") or 2))
+            for e in self.endpoints
+        )
 
     def summary(self) -> str:
         groups = ", ".join(f"{g['count']} x {g['instanceType']}" for g in self.instance_groups)
@@ -276,5 +301,6 @@ def _from_mapping(data: dict[str, Any], *, source: str) -> ClusterProfile:
         helm_releases=list(kubernetes.get("helmReleases") or []),
         storage_classes=list(kubernetes.get("storageClasses") or []),
         namespaces=list(kubernetes.get("namespaces") or []),
+        endpoints=[dict(e) for e in data.get("endpoints") or []],
         source=source,
     )

@@ -18,6 +18,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("operator", "hpkv.stages.operator", "OperatorStage"),
     ("curvine", "hpkv.stages.curvine", "CurvineStage"),
     ("l2", "hpkv.stages.l2", "L2Stage"),
+    ("bench", "hpkv.stages.bench", "BenchStage"),
 ]
 
 

@@ -47,6 +47,7 @@ from hpkv.topology import (
 )
 
 if TYPE_CHECKING:
+    from hpkv.runbook.profile import ClusterProfile
     from hpkv.topology import EndpointRef
 
 INFERENCE_ACCESS_POLICY = "arn:aws:iam::aws:policy/AmazonSageMakerHyperPodInferenceAccess"
@@ -299,6 +300,7 @@ class OperatorStage(Stage):
     name = "operator"
     title = "HyperPod Inference Operator and its dependencies (EKS add-ons, IAM)"
     number = 2
+    remove_flags = frozenset({"delete_iam"})
 
     # --- configuration --------------------------------------------------------------------------
     @property
@@ -838,17 +840,7 @@ class OperatorStage(Stage):
                 f"role {role.name} (operator.roles.{spec.key}) does not exist",
                 fix="create it, or remove the key so hpkv creates one",
             )
-        # A role given in hpkv.yaml keeps its permissions: hpkv checks only its trust.
-        wanted = irsa.IrsaRole(
-            name=role.name,
-            title=spec.title,
-            subject=iam.service_account_subject(spec.namespace, spec.service_account),
-            trust=self.trust_statements(spec, target),
-            managed=() if role.given else tuple(self.managed_policies(spec, target)),
-            inline=None if role.given else self.inline_policy(spec, target),
-            description=f"hpkv: {spec.title} for HyperPod cluster {self.ctx.require_cluster()}",
-            policy_fixes={self.alb_policy_arn(target): ALB_POLICY_FIX} if spec.key == "alb" else {},
-        )
+        wanted = self.wanted_role(role, target)
         actions = irsa.plan_role_with_permissions(
             self.ctx.aws,
             wanted,
@@ -860,6 +852,21 @@ class OperatorStage(Stage):
         origin = "given in hpkv.yaml" if role.given else "up to date"
         for action in actions or [Action(wanted.target, Verb.NONE, f"{spec.title}: {origin}")]:
             plan.add(action)
+
+    def wanted_role(self, role: RoleState, target: Target) -> irsa.IrsaRole:
+        """The role as hpkv wants it. A role given in hpkv.yaml keeps its permissions: hpkv
+        checks only its trust."""
+        spec = role.spec
+        return irsa.IrsaRole(
+            name=role.name,
+            title=spec.title,
+            subject=iam.service_account_subject(spec.namespace, spec.service_account),
+            trust=self.trust_statements(spec, target),
+            managed=() if role.given else tuple(self.managed_policies(spec, target)),
+            inline=None if role.given else self.inline_policy(spec, target),
+            description=f"hpkv: {spec.title} for HyperPod cluster {target.hyperpod_name}",
+            policy_fixes={self.alb_policy_arn(target): ALB_POLICY_FIX} if spec.key == "alb" else {},
+        )
 
     def _plan_addon(
         self,
@@ -985,10 +992,7 @@ class OperatorStage(Stage):
         for spec in reversed(ADDONS):
             plan.add(self._plan_remove_addon(spec, target))
         if not delete_iam:
-            plan.notes.append(
-                "IAM roles, the TLS bucket and the OIDC provider are kept (--delete-iam deletes "
-                "the roles and bucket hpkv created)"
-            )
+            plan.kept.extend(self.kept_without_delete_iam(target))
             return plan
         for spec in ROLES:
             plan.add(self._plan_remove_role(spec, target))
@@ -1067,3 +1071,112 @@ class OperatorStage(Stage):
         result = self.run_plan(plan)
         result.notes.extend(n.split("\n", 1)[0] for n in plan.notes)
         return result
+
+    def kept_without_delete_iam(self, target: Target) -> list[str]:
+        """What a removal without --delete-iam leaves in place (``Plan.kept``)."""
+        roles = [
+            iam.role_name(self.given_role(spec) or role_name(spec, target.hyperpod_name))
+            for spec in ROLES
+        ]
+        return [
+            f"IAM roles {', '.join(roles)} (--delete-iam deletes those hpkv created)",
+            f"TLS certificate bucket s3://{self.tls_bucket(target)} (--delete-iam deletes it "
+            "when hpkv created it)",
+            f"IAM OIDC provider {iam.issuer_host(target.issuer)} (other IRSA roles of the cluster "
+            "may use it)",
+        ]
+
+    # --- offline plan (hpkv up --offline) --------------------------------------------------------
+    def target_from(
+        self, hyperpod: dict[str, Any], cluster: dict[str, Any], account: str, region: str
+    ) -> Target:
+        """The Target from DescribeCluster answers (SageMaker, EKS) already at hand."""
+        return Target(
+            hyperpod_name=hyperpod["ClusterName"],
+            hyperpod_arn=hyperpod["ClusterArn"],
+            eks_name=sagemaker.eks_cluster_name(hyperpod) or str(cluster.get("name", "")),
+            kubernetes_version=str(cluster.get("version", "")),
+            issuer=eks.oidc_issuer(cluster) or "",
+            account=account,
+            region=region,
+        )
+
+    def plan_offline(self, profile: ClusterProfile) -> Plan:
+        """The plan for the profile's cluster with nothing of this stage in place except the
+        add-ons it lists, from the same desired state the live plan uses (no API call)."""
+        target = self.target_from(
+            profile.describe_hyperpod(), profile.describe_eks(), profile.account, profile.region
+        )
+        plan = Plan(stage=self.name)
+        plan.add(irsa.oidc_provider_creation(None, target.issuer, iam.MANAGED_TAGS))
+        bucket = self.tls_bucket(target)
+        plan.add(
+            Action(
+                f"s3 bucket/{bucket}",
+                Verb.CREATE,
+                f"create the operator's TLS certificate bucket in {target.region}",
+                None,
+                {"bucket": bucket, "region": target.region},
+            )
+        )
+        roles: dict[str, RoleState] = {}
+        for spec in ROLES:
+            given = self.given_role(spec)
+            name = iam.role_name(given) if given else role_name(spec, target.hyperpod_name)
+            arn = f"arn:aws:iam::{target.account}:role/{name}"
+            roles[spec.key] = RoleState(spec, name, arn, given is not None, None)
+            wanted = self.wanted_role(roles[spec.key], target)
+            if given:
+                plan.add(
+                    Action(
+                        wanted.target,
+                        Verb.NONE,
+                        f"{spec.title}: given in hpkv.yaml (trust "
+                        "checked when planning against the cluster)",
+                    )
+                )
+            else:
+                plan.add(irsa.role_creation(None, wanted))
+        installed = {str(a.get("name")): a for a in profile.addons}
+        for spec in ADDONS:
+            plan.add(self._offline_addon(spec, target, roles, installed.get(spec.name)))
+        plan.notes.append(
+            f"the ALB controller role needs the IAM policy {self.alb_policy_arn(target)}: "
+            + ALB_POLICY_FIX
+        )
+        plan.notes.append(
+            "add-on versions are chosen from EKS DescribeAddonVersions when planning against the "
+            f"cluster; then hpkv waits for each add-on to be ACTIVE and for the operator's "
+            f"Deployment and the {ENDPOINT_CRD} CRD in Kubernetes"
+        )
+        return plan
+
+    def _offline_addon(
+        self,
+        spec: AddonSpec,
+        target: Target,
+        roles: dict[str, RoleState],
+        installed: dict[str, Any] | None,
+    ) -> Action:
+        what = f"eks addon/{spec.name}"
+        settings = self.desired_addon(spec, target, roles)
+        if installed is not None:
+            version = installed.get("version") or "?"
+            return Action(
+                what,
+                Verb.NONE,
+                f"{version} installed (its settings are compared when planning "
+                "against the cluster)",
+            )
+        policy = self.version_policy(spec)
+        version = {
+            "default": f"EKS's default for Kubernetes {target.kubernetes_version}",
+            "latest": "the latest version",
+        }.get(policy, policy)
+        return Action(
+            what,
+            Verb.CREATE,
+            f"create {version} (at least {spec.minimum})",
+            None,
+            {"addonVersion": version, **settings},
+        )

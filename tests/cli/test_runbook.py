@@ -1,5 +1,9 @@
 """`hpkv up` / `hpkv down` through the CLI: the combined plan, one confirmation, per-stage progress
-on stderr and data on stdout, stopping at a failed stage with its findings, resuming."""
+on stderr and data on stdout, stopping at a failed stage with its findings, resuming, and `down`
+keeping data, volumes and IAM roles unless a flag names them.
+
+The whole runbook runs on the world of tests/harness/runbook.py (every stage's controllers
+played); tests about the CLI's mechanics use `--through tiered-storage` to stay fast."""
 
 from __future__ import annotations
 
@@ -8,17 +12,34 @@ import os
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hpkv.stages.base import Check, CheckState
 from tests.harness.cli import run_on_tty
-from tests.harness.runbook import fresh_cluster
+from tests.harness.runbook import (
+    CURVINE_NAMESPACE,
+    ENDPOINT,
+    ENDPOINT_NAMESPACE,
+    L2_PVC,
+    RunbookWorld,
+    fresh_cluster,
+    runbook_stages,
+)
 from tests.harness.scenario import Scenario
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
 
 REPO = Path(__file__).resolve().parents[2]
+STAGE1 = ("--through", "tiered-storage")
+ROLES = {
+    "SageMakerHyperPodInference-demo",
+    "HyperPodInference-demo-S3Csi",
+    "HyperPodInference-demo-FsxCsi",
+    "HyperPodInference-demo-Alb",
+    "HyperPodInference-demo-Keda",
+}
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -26,29 +47,42 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("hpkv: error: ")]
 
 
-def test_up_shows_plan_then_applies_with_progress_on_stderr(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_up_runs_every_stage_in_order_with_deferred_plans_and_progress(
+    runbook_world: RunbookWorld,
+) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     result = scenario.hpkv("up", "--cluster", "demo", "--yes")
     assert result.exit_code == 0, result
-    out = result.stdout
-    assert out.index("stage 1/1: tiered-storage") < out.index("plan: tiered-storage")
+    out, total = result.stdout, len(runbook_stages())
+    headers = [out.index(f"stage {i}/{total}: {n}:") for i, n in enumerate(runbook_stages(), 1)]
+    assert headers == sorted(headers)
     assert "not configured -> Enable at 20%" in out
-    assert "1 change(s) in 1 stage(s)" in out
-    assert "applied" in out and "ai-toolkit-daemonset ok" in out
+    assert "plan: operator" in out and "eks addon/amazon-sagemaker-hyperpod-inference" in out
+    # Curvine's PVCs and the L2 wiring need the operator's CRD: planned after it runs
+    assert "will be planned after stage operator runs" in out
+    assert "2 stage(s) planned after earlier ones run" in out
     progress = result.stderr.splitlines()
     assert progress[:3] == [
-        "[1/1] tiered-storage: planning",
-        "[1/1] tiered-storage: 1 change(s) planned",
-        "[1/1] tiered-storage: applying 1 change(s)",
+        f"[1/{total}] tiered-storage: planning",
+        f"[1/{total}] tiered-storage: 1 change(s) planned",
+        f"[2/{total}] operator: planning",
     ]
-    assert progress[-1] == "[1/1] tiered-storage: done, 1 change(s) made, verification ok"
-    assert "[1/1]" not in out  # progress never on stdout
+    assert f"[3/{total}] curvine: will be planned after stage operator runs" in progress
+    assert f"[3/{total}] curvine: planning again (an earlier stage ran)" in progress
+    done = [line for line in progress if ": done, " in line]
+    assert [line.split(":")[0] for line in done] == [
+        f"[{i}/{total}] {n}" for i, n in enumerate(runbook_stages(), 1)
+    ]
+    assert all(line.endswith("verification ok") for line in done), done
+    assert "[1/" not in out  # progress never on stdout
     assert "\x1b[" not in result.stderr  # plain lines without a terminal
 
 
-def test_up_json_is_one_document_on_stdout(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
-    result = scenario.hpkv("up", "--cluster", "demo", "--yes", "-o", "json")
+def test_up_json_is_one_document_on_stdout(runbook_world: RunbookWorld) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    result = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes", "-o", "json")
     assert result.exit_code == 0, result
     payload = json.loads(result.stdout)
     assert payload["command"] == "up" and payload["applied"] is True
@@ -60,52 +94,70 @@ def test_up_json_is_one_document_on_stdout(scenario: Scenario) -> None:
     assert "[1/1] tiered-storage: applying 1 change(s)" in result.stderr
 
 
-def test_up_without_tty_or_yes_refuses_and_changes_nothing(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_up_without_tty_or_yes_refuses_and_changes_nothing(runbook_world: RunbookWorld) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     mark = scenario.mark()
     result = scenario.hpkv("up", "--cluster", "demo")
     assert result.exit_code == 2
     (line,) = _error_lines(result.stderr)
-    assert "refusing to apply 1 change(s) without confirmation" in line and "--yes" in line
-    assert "plan: tiered-storage" in result.stdout
+    assert "refusing to apply 13 change(s) and 2 stage(s) planned after earlier ones run" in line
+    assert "--yes" in line
+    assert "plan: tiered-storage" in result.stdout and "plan: operator" in result.stdout
     assert scenario.writes_since(mark) == []
 
 
-def test_up_dry_run_changes_nothing(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_up_dry_run_changes_nothing(runbook_world: RunbookWorld) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     mark = scenario.mark()
     result = scenario.hpkv("up", "--cluster", "demo", "--dry-run", "-o", "json")
     assert result.exit_code == 0, result
     payload = json.loads(result.stdout)
     assert payload["dryRun"] is True and payload["applied"] is False
-    assert payload["stages"][0]["state"] == "planned"
+    states = {s["stage"]: s["state"] for s in payload["stages"]}
+    assert states == {
+        "tiered-storage": "planned",
+        "operator": "planned",
+        "curvine": "deferred",
+        "l2": "deferred",
+    }
+    assert {s["stage"]: (s["deferred"] or {}).get("after") for s in payload["stages"]} == {
+        "tiered-storage": None,
+        "operator": None,
+        "curvine": "operator",
+        "l2": "operator",
+    }
     assert scenario.writes_since(mark) == []
 
 
 @pytest.mark.parametrize(("answer", "code", "writes"), [("n", 1, 0), ("y", 0, 1)])
 def test_up_on_a_terminal_asks_once(
-    scenario: Scenario, answer: str, code: int, writes: int
+    runbook_world: RunbookWorld, answer: str, code: int, writes: int
 ) -> None:
-    fresh_cluster(scenario)
+    """Once for every stage, the deferred ones included (their new plans delete nothing)."""
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     mark = scenario.mark()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("NO_COLOR", None)
     status, output = run_on_tty(["up", "--cluster", "demo"], [(b"[y/N]", answer.encode())], env)
     assert status == code, output
     assert output.count("[y/N]") == 1
-    assert "Apply 1 change(s)?" in output
+    assert "Apply 13 change(s)" in output
     made = [w for w in scenario.writes_since(mark) if "UpdateCluster" in w]
     assert len(made) == writes
     if answer == "y":
-        assert "1/1 tiered-storage" in output  # the rich stage rule
-        assert "✓ [1/1] tiered-storage: done" in output
+        total = len(runbook_stages())
+        assert f"1/{total} tiered-storage" in output  # the rich stage rule
+        assert f"✓ [{total}/{total}] l2: done" in output
 
 
 def test_failed_stage_prints_findings_and_a_rerun_continues(scenario: Scenario) -> None:
     # HyperPod accepts the update but never deploys the ai-toolkit DaemonSet: verification fails.
     scenario.hyperpod(node_recovery="Automatic")
     scenario.nodes(2)
-    result = scenario.hpkv("up", "--cluster", "demo", "--yes", "--timeout", "1s")
+    result = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes", "--timeout", "1s")
     assert result.exit_code == 1, result
     (line,) = _error_lines(result.stderr)
     assert line.startswith("hpkv: error: stage tiered-storage failed: DaemonSet aws-hyperpod/")
@@ -118,7 +170,7 @@ def test_failed_stage_prints_findings_and_a_rerun_continues(scenario: Scenario) 
     # The operator fixes the cause; the rerun continues: nothing left to change, verification ok.
     scenario.ai_toolkit()
     mark = scenario.mark()
-    again = scenario.hpkv("up", "--cluster", "demo", "--yes", "-o", "json")
+    again = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes", "-o", "json")
     assert again.exit_code == 0, again
     assert scenario.writes_since(mark) == []
     assert json.loads(again.stdout)["stages"][0]["state"] == "converged"
@@ -127,13 +179,15 @@ def test_failed_stage_prints_findings_and_a_rerun_continues(scenario: Scenario) 
 def test_failure_json_names_the_stage_and_its_findings(scenario: Scenario) -> None:
     scenario.hyperpod(node_recovery="Automatic")
     scenario.nodes(1)
-    result = scenario.hpkv("up", "--cluster", "demo", "--yes", "--timeout", "1s", "-o", "json")
+    result = scenario.hpkv(
+        "up", "--cluster", "demo", *STAGE1, "--yes", "--timeout", "1s", "-o", "json"
+    )
     assert result.exit_code == 1
     payload = json.loads(result.stdout)
     assert payload["failed"] == "tiered-storage"
     stage = payload["stages"][0]
     assert stage["state"] == "failed" and "DaemonSet" in stage["error"]
-    assert {f["name"] for f in stage["findings"]} == {"ai-toolkit-daemonset"}
+    assert {f["name"] for f in stage["findings"]} >= {"ai-toolkit-daemonset"}
 
 
 def test_findings_come_from_the_diagnose_module_when_present(
@@ -147,7 +201,7 @@ def test_findings_come_from_the_diagnose_module_when_present(
     monkeypatch.setitem(sys.modules, "hpkv.diagnose", module)
     scenario.hyperpod(node_recovery="Automatic")
     scenario.nodes(1)
-    result = scenario.hpkv("up", "--cluster", "demo", "--yes", "--timeout", "1s")
+    result = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes", "--timeout", "1s")
     assert result.exit_code == 1
     assert "ai-toolkit-pods" in result.stdout and "0/1 pods scheduled" in result.stdout
 
@@ -164,37 +218,159 @@ def test_planning_failure_changes_nothing_and_says_so(scenario: Scenario) -> Non
     assert scenario.writes_since(mark) == []
 
 
-def test_down_lists_what_it_removes_and_keeps_reverse_order(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_a_stage_deferred_to_one_outside_the_range_fails_before_any_change(
+    runbook_world: RunbookWorld,
+) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    mark = scenario.mark()
+    result = scenario.hpkv("up", "--cluster", "demo", "--from", "curvine", "--yes")
+    assert result.exit_code == 1, result
+    (line,) = _error_lines(result.stderr)
+    assert "planning stage curvine failed: it needs stage operator first" in line
+    assert "include stage operator" in line
+    assert scenario.writes_since(mark) == []
+
+
+def _delete_endpoint(world: RunbookWorld) -> None:
+    """The user deletes the endpoint; the operator and the garbage collector delete its
+    Deployment and pods."""
+    kube = world.kube
+    kube.delete_object(
+        {
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+            "kind": "InferenceEndpointConfig",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.delete_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.raw(
+        "DELETE",
+        f"/api/v1/namespaces/{ENDPOINT_NAMESPACE}/pods?labelSelector=app%3D{ENDPOINT}"
+        "&gracePeriodSeconds=0",
+    )
+
+
+def _pvc_names(world: RunbookWorld) -> set[str]:
+    status, body = world.kube.raw("GET", "/api/v1/persistentvolumeclaims")
+    assert status == 200, body
+    return {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in json.loads(body)["items"]
+    }
+
+
+def _roles(world: RunbookWorld) -> set[str]:
+    return {r["RoleName"] for r in world.aws.client("iam").list_roles()["Roles"]}
+
+
+def test_down_refuses_while_endpoints_exist(runbook_world: RunbookWorld) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
+    mark = scenario.mark()
+    result = scenario.hpkv("down", "--cluster", "demo", "--yes")
+    assert result.exit_code == 1, result
+    (line,) = _error_lines(result.stderr)
+    assert "planning stage operator failed: 1 InferenceEndpointConfig(s) still exist" in line
+    assert scenario.writes_since(mark) == []
+
+
+def test_down_removes_in_reverse_order_and_keeps_data_volumes_and_roles(
+    runbook_world: RunbookWorld,
+) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
+    _delete_endpoint(runbook_world)
+    pvcs = _pvc_names(runbook_world)
+    assert f"{ENDPOINT_NAMESPACE}/{L2_PVC}" in pvcs and len(pvcs) == 3
+
     refused = scenario.hpkv("down", "--cluster", "demo")
     assert refused.exit_code == 2
-    assert "refusing to remove 1 change(s)" in _error_lines(refused.stderr)[0]
-    result = scenario.hpkv("down", "--cluster", "demo", "--yes", "--delete-iam")
+    assert "refusing to remove" in _error_lines(refused.stderr)[0]
+    result = scenario.hpkv("down", "--cluster", "demo", "--yes")
     assert result.exit_code == 0, result
-    assert "Enable at 20% -> Disable" in result.stdout
-    assert "warning: --delete-iam: no stage in this run deletes that" in result.stderr
-    assert "[1/1] tiered-storage: removing 1 change(s)" in result.stderr
+    removing = [line for line in result.stderr.splitlines() if ": removing " in line]
+    assert [line.split(":")[0] for line in removing] == [
+        "[1/4] l2",
+        "[2/4] curvine",
+        "[3/4] operator",
+        "[4/4] tiered-storage",
+    ]
+    out = result.stdout
+    assert f"kept: L2 PVC {ENDPOINT_NAMESPACE}/{L2_PVC} and its cached KV blocks" in out
+    assert "kept: the master's metadata/journal volumes" in out
+    assert "kept: IAM roles SageMakerHyperPodInference-demo" in out
+    assert "Enable at 20% -> Disable" in out
+    # nothing that holds data, and no IAM role, was deleted; the rest is gone
+    assert _pvc_names(runbook_world) == pvcs
+    assert _roles(runbook_world) >= ROLES
+    eks = runbook_world.aws.extensions["eks"]
+    assert [name for (_c, name) in eks.addons] == ["aws-ebs-csi-driver"]  # shared, kept
     assert scenario.sagemaker.clusters["demo"].tiered_storage == {"Mode": "Disable"}
-    assert scenario.kube.get_object("apps/v1", "DaemonSet", "ai-toolkit", "aws-hyperpod") is None
+    status, body = runbook_world.kube.raw(
+        "GET", f"/api/v1/namespaces/{CURVINE_NAMESPACE}/secrets?labelSelector=owner%3Dhelm"
+    )
+    assert status == 200 and json.loads(body)["items"] == []  # both Helm releases uninstalled
 
 
-def test_down_on_a_terminal_lists_the_removals_before_asking(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_down_with_flags_deletes_data_volumes_and_roles_after_listing_them(
+    runbook_world: RunbookWorld,
+) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
+    _delete_endpoint(runbook_world)
+    flags = ("--delete-data", "--delete-volumes", "--delete-iam")
+    dry = scenario.hpkv("down", "--cluster", "demo", *flags, "--dry-run", "-o", "json")
+    assert dry.exit_code == 0, dry
+    plans = {s["stage"]: s["plan"] for s in json.loads(dry.stdout)["stages"]}
+    destructive = {
+        (stage, a["target"]) for stage, p in plans.items() for a in p["actions"] if a["destructive"]
+    }
+    assert ("curvine", f"PersistentVolumeClaim/{ENDPOINT_NAMESPACE}/{L2_PVC}") in destructive
+    assert ("curvine", "PersistentVolumeClaim/curvine/meta-curvine-master-0") in destructive
+    assert ("operator", "s3 bucket/hyperpod-tls-demo-123456789012") in destructive
+    # only the shared EBS CSI add-on stays; the operator keeps nothing with --delete-iam
+    (kept,) = plans["curvine"]["kept"]
+    assert "aws-ebs-csi-driver" in kept
+    assert "kept" not in plans["operator"] and "kept" not in plans["l2"]
+
+    result = scenario.hpkv("down", "--cluster", "demo", *flags, "--yes")
+    assert result.exit_code == 0, result
+    assert _pvc_names(runbook_world) == set()
+    assert not ROLES & _roles(runbook_world)
+    assert "warning:" not in result.stderr  # every flag is honoured by some stage
+
+
+def test_down_on_a_terminal_lists_the_removals_and_what_stays_before_asking(
+    runbook_world: RunbookWorld,
+) -> None:
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    assert scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes").exit_code == 0
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     status, output = run_on_tty(["down", "--cluster", "demo"], [(b"[y/N]", b"n")], env)
     assert status == 1, output
     removal = output.index("hpkv down will remove:")
     assert "tiered-storage: sagemaker cluster/demo TieredStorageConfig" in output[removal:]
-    assert removal < output.index("Remove 1 change(s)?")
+    keep = output.index("and keep:")
+    assert "curvine: the EKS add-on aws-ebs-csi-driver" in output[keep:]
+    assert removal < keep < output.index("Remove 1 change(s)?")
     assert scenario.sagemaker.clusters["demo"].tiered_storage["Mode"] == "Enable"
 
 
 def test_up_waits_for_a_cluster_still_updating_from_an_interrupted_run(
-    scenario: Scenario,
+    runbook_world: RunbookWorld,
 ) -> None:
-    fresh_cluster(scenario)
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
     scenario.sagemaker.update_describes = 3
     # An earlier run's UpdateCluster went through, then the process died.
     scenario.aws.client("sagemaker").update_cluster(
@@ -203,7 +379,59 @@ def test_up_waits_for_a_cluster_still_updating_from_an_interrupted_run(
         NodeRecovery="Automatic",
     )
     mark = scenario.mark()
-    result = scenario.hpkv("up", "--cluster", "demo", "--yes")
+    result = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes")
     assert result.exit_code == 0, result
     assert "waiting for cluster demo to be InService (Updating)" in result.stderr
     assert scenario.writes_since(mark) == []
+
+
+# --- stage 5: up --bench --------------------------------------------------------------------------
+@pytest.fixture
+def bench_endpoint(scenario: Scenario, shared_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An endpoint whose pods are fake vLLM servers, with the Job controller and kubelet played."""
+    from tests.harness.bench import MEASURED_COSTS, JobPlayer, install_endpoint_crd, play_endpoint
+
+    scenario.hyperpod(node_recovery="Automatic")
+    install_endpoint_crd(scenario.kube, shared_dir)
+    logs = scenario.workdir / "pod-logs"
+    endpoint = play_endpoint(scenario.kube, shared_dir, logs, costs=MEASURED_COSTS)
+    monkeypatch.setenv("HPKV_INCLUSTER_ROUTES", json.dumps(endpoint.routes))
+    monkeypatch.setenv("HPKV_POD_LOGS_DIR", str(logs))
+    monkeypatch.setenv("HPKV_POLL_INTERVAL", "0.5")
+    monkeypatch.setenv("HPKV_BENCH__RESULTS_DIR", str(scenario.workdir / "results"))
+    router = (
+        f"{endpoint.name}-routing-service.{endpoint.namespace}.svc.cluster.local:443",
+        f"127.0.0.1:{endpoint.cluster.router_port}",
+    )
+    with JobPlayer(scenario.kube, endpoint.log_dir, router=router) as kubelet:
+        yield endpoint
+    assert not kubelet.errors, kubelet.errors
+    endpoint.cluster.stop()
+
+
+def test_up_bench_runs_the_cross_pod_benchmark_and_saves_the_result(
+    scenario: Scenario, bench_endpoint: Any
+) -> None:
+    dry = scenario.hpkv("up", "--cluster", "demo", "--from", "bench", "--dry-run")
+    assert dry.exit_code == 0, dry
+    assert "stage 1/1: bench:" in dry.stdout and "bench default/demo" in dry.stdout
+
+    result = scenario.hpkv("up", "--cluster", "demo", "--from", "bench", "--yes", "-o", "json")
+    assert result.exit_code == 0, result
+    (stage,) = json.loads(result.stdout)["stages"]
+    assert stage["state"] == "applied"
+    (check,) = stage["result"]["checks"]
+    assert check["name"] == "bench default/demo" and check["state"] == "ok", check
+    assert "cross-pod hit rate" in check["evidence"]
+    saved = list((scenario.workdir / "results").glob("*/result.json"))
+    assert len(saved) == 1 and str(saved[0]) in check["evidence"]
+    from hpkv.bench import results
+
+    doc = results.load(saved[0])
+    assert [s["name"] for s in doc["scenarios"]] == ["cross-pod"]
+    # the runner's ConfigMap and Job are gone: nothing is left in the cluster
+    assert not [
+        k for k in scenario.kube.inventory() if k[1] in ("jobs", "configmaps") and k[2] == "default"
+    ]
+    status = scenario.hpkv("status", "--cluster", "demo", "--stage", "bench", "-o", "json")
+    assert str(saved[0]) in status.stdout

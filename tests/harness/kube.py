@@ -569,6 +569,20 @@ class KubeHarness:
         """Objects beyond the session baseline: (groupVersion, resource, namespace, name)."""
         return self._inventory() - self._baseline
 
+    def inventory_objects(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(API resource, object) of every object beyond the session baseline."""
+        return [
+            (res, obj)
+            for res, obj in self._all_objects()
+            if (
+                res["groupVersion"],
+                res["name"],
+                obj["metadata"].get("namespace", ""),
+                obj["metadata"]["name"],
+            )
+            not in self._baseline
+        ]
+
     def _inventory(self) -> set[tuple[str, str, str, str]]:
         items: set[tuple[str, str, str, str]] = set()
         for res, obj in self._all_objects():

@@ -1,6 +1,6 @@
-"""A fault- and latency-injecting HTTP proxy in front of the test kube-apiserver.
+"""A fault- and latency-injecting HTTPS proxy in front of the test kube-apiserver.
 
-hpkv talks to it with a normal kubeconfig (``server: http://127.0.0.1:<port>``); it forwards every
+hpkv talks to it with a normal kubeconfig (``server: https://127.0.0.1:<port>``, the harness CA); it forwards every
 request to the real apiserver (TLS), streaming responses so watches work. Tests add latency to every
 call or make matching calls fail with a given status (409 conflict, 429 with Retry-After, 500...) a
 given number of times. Only the transport is changed: the client and the apiserver are real.
@@ -92,6 +92,11 @@ class KubeProxy:
                 for key, value in response.getheaders():
                     if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
                         self.send_header(key, value)
+                if response.status in (204, 304) or self.command == "HEAD":
+                    # no body (client-go's discovery cache gets 304 Not Modified)
+                    self.end_headers()
+                    upstream.close()
+                    return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 try:
@@ -102,7 +107,7 @@ class KubeProxy:
                         self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
+                except OSError:  # the client went away (broken pipe, reset, TLS EOF)
                     pass
                 finally:
                     upstream.close()
@@ -138,6 +143,13 @@ class KubeProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        # TLS with the apiserver's own serving certificate (valid for 127.0.0.1): client-go
+        # (helm) sends bearer tokens only over TLS
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(
+            self.kube.workdir / "apiserver.crt", self.kube.workdir / "apiserver.key"
+        )
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True, name="kube-proxy").start()
         return self
 
@@ -150,7 +162,7 @@ class KubeProxy:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"https://{host}:{port}"
 
     def inject(self, fault: KubeFault) -> KubeFault:
         with self._lock:
@@ -179,7 +191,15 @@ class KubeProxy:
         data = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "hpkv-proxy", "cluster": {"server": self.url}}],
+            "clusters": [
+                {
+                    "name": "hpkv-proxy",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": self.kube.ca_data(),
+                    },
+                }
+            ],
             "users": [{"name": user, "user": {"token": self.kube.tokens[user]}}],
             "contexts": [{"name": context, "context": {"cluster": "hpkv-proxy", "user": user}}],
             "current-context": context,

@@ -5,6 +5,7 @@ traceback, and none changes anything (zero mutating AWS and Kubernetes calls).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +95,31 @@ def _flags() -> list[Case]:
         Case("up-context-unknown", (*UP, "--context", "nope"), "context 'nope' is not in", 1),
         Case("down-context-unknown", ("down", "--cluster", "demo", "--context", "x"), "'x'", 1),
         Case("down-delete-data-value", ("down", "--delete-data=yes"), "--delete-data"),
+        Case("down-delete-volumes-value", ("down", "--delete-volumes=1"), "--delete-volumes"),
+        Case("down-delete-iam-value", ("down", "--delete-iam=no"), "--delete-iam"),
+        Case(
+            "curvine-remove-delete-volumes-value",
+            ("curvine", "remove", "--delete-volumes=yes"),
+            "--delete-volumes",
+        ),
     ]
     optional = [n for n in stage_names() if stage_class(n).optional]
     if not optional:
         cases.append(Case("up-bench-without-stage", (*UP, "--bench"), "--bench: this hpkv has no"))
+    else:
+        last_required = [n for n in stage_names() if not stage_class(n).optional][-1]
+        cases += [
+            Case(
+                "up-bench-outside-range",
+                (*UP, "--bench", "--through", last_required),
+                "--bench is outside --from/--through",
+            ),
+            Case(
+                "down-only-the-benchmark",
+                ("down", "--cluster", "demo", "--from", optional[0], "--yes"),
+                f"stage {optional[0]} has nothing to remove",
+            ),
+        ]
     if len(stage_names()) > 1:
         first, last = stage_names()[0], stage_names()[-1]
         cases.append(
@@ -136,6 +158,34 @@ def _profiles() -> list[Case]:
         case("region-typo", "name: x\nregion: us-west2\n", "region is 'us-west2'"),
         case("node-recovery", "name: x\nnodeRecovery: Manual\n", "nodeRecovery is 'Manual'"),
         case("not-utf8", b"\xff\xfe\x00name", "cannot read cluster profile profile.yaml"),
+        case(
+            "endpoint-name-invalid",
+            "name: x\nendpoints: [{name: Bad Name}]\n",
+            "endpoints.0.name is 'Bad Name'",
+        ),
+        case(
+            "endpoint-replicas-zero",
+            "name: x\nendpoints: [{name: llama, replicas: 0}]\n",
+            "endpoints.0.replicas is 0",
+        ),
+        case(
+            "endpoint-unknown-key",
+            "name: x\nendpoints: [{name: llama, replica: 2}]\n",
+            "'replica' was unexpected",
+        ),
+        case("endpoints-not-a-list", "name: x\nendpoints: llama\n", "endpoints is 'llama'"),
+        Case(
+            "profile-no-gpu-group",
+            OFFLINE,
+            "the cluster profile has no GPU instance group",
+            1,
+            files=(
+                (
+                    "profile.yaml",
+                    "name: x\ninstanceGroups: [{instanceType: ml.m5.xlarge, count: 2}]\n",
+                ),
+            ),
+        ),
     ]
 
 
@@ -207,6 +257,181 @@ def _config_files() -> list[Case]:
         case("not-a-mapping-list", "[1, 2]\n", "must be a YAML mapping, found list"),
         case("not-a-mapping-number", "42\n", "must be a YAML mapping, found int"),
         case("not-utf8", b"\xff\xfe\x00cluster", "is not UTF-8 text"),
+        *_stage_config_files(),
+    ]
+
+
+def _stage_config_files() -> list[Case]:
+    """Stages 2-4: malformed values of their sections (rejected when hpkv.yaml is read), and
+    values only planning can judge (after the stages before them were planned)."""
+
+    def case(name: str, text: str, expect: str, code: int = 2, progress: bool = False) -> Case:
+        return Case(
+            f"hpkv-yaml-{name}", DRY, expect, code, files=(("hpkv.yaml", text),), progress=progress
+        )
+
+    return [
+        case(
+            "operator-version-not-a-version",
+            "operator:\n  versions:\n    certManager: 1.x.y\n",
+            "operator.versions.certManager is '1.x.y'",
+        ),
+        case(
+            "operator-version-key-case",
+            "operator:\n  versions:\n    certmanager: default\n",
+            "did you mean 'operator.versions.certManager'",
+        ),
+        case(
+            "operator-unknown-addon",
+            "operator:\n  versions:\n    kueue: latest\n",
+            "unknown key 'operator.versions.kueue'",
+        ),
+        case(
+            "operator-role-empty",
+            "operator:\n  roles:\n    execution: ''\n",
+            "operator.roles.execution is ''",
+        ),
+        case(
+            "operator-unknown-role",
+            "operator:\n  roles:\n    sagemaker: MyRole\n",
+            "unknown key 'operator.roles.sagemaker'",
+        ),
+        case(
+            "operator-tls-bucket-invalid",
+            "operator:\n  tlsBucket: Bad_Bucket\n",
+            "operator.tlsBucket is 'Bad_Bucket'",
+        ),
+        case(
+            "operator-alb-policy-not-an-arn",
+            "operator:\n  albPolicyArn: AWSLoadBalancerControllerIAMPolicy\n",
+            "operator.albPolicyArn is 'AWSLoadBalancerControllerIAMPolicy'",
+        ),
+        case(
+            "operator-resolve-conflicts",
+            "operator:\n  resolveConflicts: KEEP\n",
+            "expected one of OVERWRITE, PRESERVE, NONE",
+        ),
+        case(
+            "operator-model-buckets-string",
+            "operator:\n  modelBuckets: models\n",
+            "operator.modelBuckets is 'models', expected array",
+        ),
+        case("operator-section-list", "operator: []\n", "operator is list, expected object"),
+        case(
+            "operator-execution-role-prefix",
+            "operator:\n  roles:\n    execution: MyRole\n",
+            "role 'MyRole' does not start with SageMakerHyperPodInference",
+            progress=True,
+        ),
+        case(
+            "operator-given-role-missing",
+            "operator:\n  roles:\n    alb: NoSuchRole\n",
+            "role NoSuchRole (operator.roles.alb) does not exist",
+            1,
+            progress=True,
+        ),
+        case(
+            "operator-alb-policy-missing",
+            "operator:\n  albPolicyArn: arn:aws:iam::123456789012:policy/NoSuchPolicy\n",
+            "IAM policy arn:aws:iam::123456789012:policy/NoSuchPolicy for the ALB controller role "
+            "does not exist",
+            1,
+            progress=True,
+        ),
+        case(
+            "operator-version-unavailable",
+            "operator:\n  versions:\n    certManager: v9.9.9\n",
+            "operator.versions.certManager: cert-manager v9.9.9 is not available",
+            progress=True,
+        ),
+        case(
+            "curvine-master-replicas-even",
+            "curvine:\n  masterReplicas: 2\n",
+            "curvine.masterReplicas is 2, expected one of 1, 3, 5, 7",
+        ),
+        case(
+            "curvine-chart-version-word",
+            "curvine:\n  chartVersion: latest\n",
+            "curvine.chartVersion is 'latest'",
+        ),
+        case(
+            "curvine-capacity-reserve",
+            "curvine:\n  capacityReserve: lots\n",
+            "curvine.capacityReserve is 'lots'",
+        ),
+        case(
+            "curvine-pvc-size",
+            "curvine:\n  pvcSize: 100 GB\n",
+            "curvine.pvcSize is '100 GB'",
+        ),
+        case(
+            "curvine-pvc-namespace-invalid",
+            "curvine:\n  pvcNamespaces: [Team A]\n",
+            "curvine.pvcNamespaces.0 is 'Team A', which is not a valid pvcNamespaces entry",
+        ),
+        case(
+            "curvine-data-dir-relative",
+            "curvine:\n  dataDir: curvine-data\n",
+            "curvine.dataDir is 'curvine-data'",
+        ),
+        case(
+            "curvine-ttl-word",
+            "curvine:\n  eviction:\n    ttl: forever\n",
+            "curvine.eviction.ttl is 'forever'",
+        ),
+        case(
+            "curvine-watermark-above-one",
+            "curvine:\n  eviction:\n    highWatermark: 1.5\n",
+            "curvine.eviction.highWatermark is 1.5",
+        ),
+        case(
+            "curvine-addon-version",
+            "curvine:\n  ebsCsi:\n    addonVersion: newest\n",
+            "curvine.ebsCsi.addonVersion is 'newest'",
+        ),
+        case(
+            "curvine-watermarks-inverted",
+            "curvine:\n  eviction:\n    lowWatermark: 0.9\n",
+            "curvine.eviction.lowWatermark (0.9) must be below highWatermark (0.8)",
+            progress=True,
+        ),
+        case(
+            "curvine-format-flag-in-extra-values",
+            "curvine:\n  extraValues:\n    cluster:\n      formatMaster: true\n",
+            "curvine.extraValues sets cluster.format*: those flags delete Curvine data",
+            progress=True,
+        ),
+        case("l2-mode-unknown", "l2:\n  mode: sidecar\n", "l2.mode is 'sidecar'"),
+        case(
+            "l2-mechanism-unknown",
+            "l2:\n  mechanism: webhook\n",
+            "l2.mechanism is 'webhook', expected one of auto, admission-policy, kyverno",
+        ),
+        case("l2-mount-path-relative", "l2:\n  mountPath: mnt/l2\n", "l2.mountPath is 'mnt/l2'"),
+        case("l2-mount-path-comma", "l2:\n  mountPath: /mnt/a,b\n", "l2.mountPath is '/mnt/a,b'"),
+        case("l2-volume-name-upper", "l2:\n  volumeName: Cache\n", "l2.volumeName is 'Cache'"),
+        case(
+            "l2-hash-seed-negative",
+            "l2:\n  pythonHashSeed: -1\n",
+            "l2.pythonHashSeed is -1, outside the valid range 0..4294967295",
+        ),
+        case("l2-restart-unknown", "l2:\n  restart: always\n", "l2.restart is 'always'"),
+        case(
+            "l2-failure-policy",
+            "l2:\n  failurePolicy: ignore\n",
+            "l2.failurePolicy is 'ignore', expected one of Ignore, Fail",
+        ),
+        case(
+            "l2-install-kyverno-word",
+            "l2:\n  installKyverno: maybe\n",
+            "l2.installKyverno is 'maybe', expected boolean",
+        ),
+        case(
+            "l2-kyverno-unknown-key",
+            "l2:\n  kyverno:\n    version: 3.7.2\n",
+            "unknown key 'l2.kyverno.version'",
+        ),
+        case("bench-results-dir-empty", "bench:\n  resultsDir: ''\n", "bench.resultsDir is ''"),
     ]
 
 
@@ -226,6 +451,25 @@ def _environment() -> list[Case]:
         case("config-missing", "HPKV_CONFIG", "/nonexistent.yaml", "/nonexistent.yaml does not"),
         case("section-scalar", "HPKV_TIERED_STORAGE", "5", "HPKV_TIERED_STORAGE is 5"),
         case("sizing-word", "HPKV_SIZING__REPLICAS", "zero", "HPKV_SIZING__REPLICAS is 'zero'"),
+        case("l2-mode", "HPKV_L2__MODE", "sidecar", "HPKV_L2__MODE is 'sidecar'"),
+        case(
+            "operator-resolve-conflicts",
+            "HPKV_OPERATOR__RESOLVE_CONFLICTS",
+            "keep",
+            "HPKV_OPERATOR__RESOLVE_CONFLICTS is 'keep'",
+        ),
+        case(
+            "curvine-master-replicas",
+            "HPKV_CURVINE__MASTER_REPLICAS",
+            "two",
+            "HPKV_CURVINE__MASTER_REPLICAS is 'two'",
+        ),
+        case(
+            "l2-install-kyverno",
+            "HPKV_L2__INSTALL_KYVERNO",
+            "maybe",
+            "HPKV_L2__INSTALL_KYVERNO is 'maybe'",
+        ),
         case("retry-mode", "HPKV_AWS_RETRY_MODE", "bogus", "HPKV_AWS_RETRY_MODE=bogus", UP),
         case("read-timeout-word", "HPKV_AWS_READ_TIMEOUT", "abc", "HPKV_AWS_READ_TIMEOUT=abc", UP),
         case("read-timeout-zero", "HPKV_AWS_READ_TIMEOUT", "0", "HPKV_AWS_READ_TIMEOUT=0", UP),
@@ -428,6 +672,66 @@ def _credentials_and_clusters() -> list[Case]:
     ]
 
 
+def _stages_and_endpoints() -> list[Case]:
+    """Stage commands and ranges that need an earlier stage, and unknown endpoint names."""
+    return [
+        Case(
+            "up-from-curvine-without-operator",
+            (*UP, "--from", "curvine"),
+            "planning stage curvine failed: it needs stage operator first",
+            1,
+            progress=True,
+        ),
+        Case(
+            "up-only-l2-without-operator",
+            (*UP, "--from", "l2", "--through", "l2"),
+            "planning stage l2 failed: it needs stage operator first",
+            1,
+            progress=True,
+        ),
+        Case(
+            "curvine-apply-without-operator",
+            ("curvine", "apply", "--cluster", "demo", "--yes"),
+            "list the namespaces in curvine.pvcNamespaces",
+            1,
+        ),
+        Case(
+            "l2-apply-without-operator",
+            ("l2", "apply", "--cluster", "demo", "--yes"),
+            "run stage 'operator' first",
+            1,
+        ),
+        Case(
+            "l2-apply-endpoint-unknown",
+            ("l2", "apply", "--cluster", "demo", "--endpoint", "nope", "--yes"),
+            "InferenceEndpointConfig 'nope' not found",
+            1,
+            setup="endpoint-crd",
+        ),
+        Case(
+            "l2-remove-endpoint-unknown",
+            ("l2", "remove", "--cluster", "demo", "--endpoint", "team-a/nope", "--yes"),
+            "InferenceEndpointConfig 'team-a/nope' not found",
+            1,
+            setup="endpoint-crd",
+        ),
+        Case(
+            "bench-run-endpoint-unknown",
+            ("bench", "run", "--cluster", "demo", "--endpoint", "nope", "--yes"),
+            "'nope'",
+            1,
+            setup="endpoint-crd",
+        ),
+        Case(
+            "up-bench-without-operator",
+            (*UP, "--from", "bench"),
+            "planning stage bench failed: it needs stage operator first",
+            1,
+            progress=True,
+        ),
+    ]
+
+
 _KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 _REGIONS = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
@@ -464,7 +768,33 @@ def _seed_empty(scenario: Scenario) -> None:
     scenario.sagemaker.clusters.clear()
 
 
-SETUPS: dict[str, Callable[[Scenario], None]] = {
+def _endpoint_crd(scenario: Scenario) -> Callable[[], None]:
+    """The operator's InferenceEndpointConfig API, with no endpoint; removed after the case (the
+    bad-input cluster is shared)."""
+    from tests.harness.workloads import install_endpoint_crd
+
+    kube = scenario.kube
+    install_endpoint_crd(kube, scenario.shared_dir)
+    name = "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+    }
+
+    def remove() -> None:
+        kube.delete_object(crd)
+        kube.wait_until(
+            lambda: kube.get_object(crd["apiVersion"], crd["kind"], name) is None,
+            timeout=30,
+            what=f"CRD {name} to be deleted",
+        )
+        kube._resources = None
+
+    return remove
+
+
+SETUPS: dict[str, Callable[[Scenario], Callable[[], None] | None]] = {
     "plain": _seed_plain,
     "orphan": _seed_orphan,
     "two": _seed_two,
@@ -472,10 +802,11 @@ SETUPS: dict[str, Callable[[Scenario], None]] = {
     "no-node-recovery": _seed_no_node_recovery,
     "enabled": _seed_enabled,
     "empty": _seed_empty,
+    "endpoint-crd": _endpoint_crd,
 }
 
 CORPUS = _flags() + _profiles() + _config_files() + _environment() + _kubeconfigs()
-CORPUS += _credentials_and_clusters()
+CORPUS += _credentials_and_clusters() + _stages_and_endpoints()
 
 
 def test_the_corpus_is_large_enough() -> None:
@@ -483,25 +814,53 @@ def test_the_corpus_is_large_enough() -> None:
     assert len({c.id for c in CORPUS}) == len(CORPUS)
 
 
+@pytest.fixture(scope="session")
+def helm_path() -> str:
+    """The harness's helm (resolved before a test isolates HOME)."""
+    from tests.harness.binaries import harness_binary
+
+    return str(harness_binary("helm"))
+
+
 @pytest.fixture
 def bad_input_cluster(
+    helm_path: str,
     aws_env: AwsEmulator,
     kube_cluster: KubeHarness,
     isolated_env: Path,
+    shared_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Scenario:
-    """HyperPod cluster 'demo' on the shared apiserver (nothing is written to it, so no reset)."""
+    """HyperPod cluster 'demo' on the shared apiserver (nothing is written to it, so no reset),
+    with what planning each stage needs: the ALB controller's IAM policy (stage 2) and helm
+    (stage 3's removal reads its releases)."""
     kubeconfig = kube_cluster.write_kubeconfig(isolated_env / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("HPKV_HELM", helm_path)
     (isolated_env / "adir").mkdir()
     scenario = Scenario(aws=aws_env, kube=kube_cluster, workdir=isolated_env, kubeconfig=kubeconfig)
+    scenario.shared_dir = shared_dir  # type: ignore[attr-defined]
     scenario.hyperpod(node_recovery="Automatic")
+    aws_env.client("iam").create_policy(
+        PolicyName="AWSLoadBalancerControllerIAMPolicy",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Action": "elasticloadbalancing:*", "Resource": "*"}
+                ],
+            }
+        ),
+    )
     return scenario
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.id)
 def test_bad_input_is_one_clear_line(
-    bad_input_cluster: Scenario, monkeypatch: pytest.MonkeyPatch, case: Case
+    bad_input_cluster: Scenario,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    case: Case,
 ) -> None:
     scenario = bad_input_cluster
     kube = scenario.kube
@@ -516,8 +875,9 @@ def test_bad_input_is_one_clear_line(
         monkeypatch.setenv(name, value)
     for name in case.unset:
         monkeypatch.delenv(name, raising=False)
-    if case.setup:
-        SETUPS[case.setup](scenario)
+    cleanup = SETUPS[case.setup](scenario) if case.setup else None
+    if cleanup is not None:
+        request.addfinalizer(cleanup)
     for fault in case.faults:
         scenario.aws.inject(fault)
     mark = scenario.mark()

@@ -8,53 +8,103 @@ import json
 
 import pytest
 
-from hpkv.stages import stage_names
-from tests.harness.runbook import COUNTS, end_state, fresh_cluster, harness_for
-from tests.harness.scenario import Scenario
+from tests.harness.runbook import (
+    COUNTS,
+    ENDPOINT,
+    ENDPOINT_NAMESPACE,
+    RunbookWorld,
+    end_state,
+    fresh_cluster,
+    harness_for,
+    helm_revisions,
+    runbook_stages,
+)
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
 
 
-@pytest.mark.parametrize("stage", stage_names())
-def test_second_up_through_each_stage_makes_zero_writes(scenario: Scenario, stage: str) -> None:
-    harness_for(stage)
-    fresh_cluster(scenario)
+def _audit_second_up(world: RunbookWorld, *args: str) -> dict:
+    scenario = world.scenario
+    converged = end_state(world)
+    helm = helm_revisions(world)
     mark = scenario.mark()
-    first = scenario.hpkv("up", "--cluster", "demo", "--through", stage, "--yes")
-    assert first.exit_code == 0, first
-    assert scenario.writes_since(mark), "the first run must change the fresh cluster"
-    converged = end_state(scenario)
-
-    mark = scenario.mark()
-    again = scenario.hpkv("up", "--cluster", "demo", "--through", stage, "--yes", "-o", "json")
+    again = scenario.hpkv("up", "--cluster", "demo", *args, "--yes", "-o", "json")
     writes = scenario.writes_since(mark)
     COUNTS["idempotency.runs"] += 1
     COUNTS["idempotency.writes"] += len(writes)
     assert again.exit_code == 0, again
     assert writes == []
+    assert helm_revisions(world) == helm  # no helm upgrade either
     payload = json.loads(again.stdout)
     assert payload["changes"] == 0
     for entry in payload["stages"]:
         assert entry["state"] == "converged", entry
         assert {a["verb"] for a in entry["plan"]["actions"]} == {"none"}, entry["plan"]
-    assert end_state(scenario) == converged
+    assert end_state(world) == converged
+    return payload
 
 
-def test_dry_run_on_a_converged_cluster_shows_only_none(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
-    assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
+@pytest.mark.parametrize("stage", runbook_stages()[:-1])
+def test_second_up_through_each_stage_makes_zero_writes(
+    runbook_world: RunbookWorld, stage: str
+) -> None:
+    """The last stage is covered by the full run below."""
+    harness_for(stage)
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    mark = scenario.mark()
+    first = scenario.hpkv("up", "--cluster", "demo", "--through", stage, "--yes")
+    assert first.exit_code == 0, first
+    assert scenario.writes_since(mark), "the first run must change the fresh cluster"
+    _audit_second_up(runbook_world, "--through", stage)
+
+
+def test_second_full_up_makes_zero_writes_then_dry_run_shows_only_none(
+    runbook_world: RunbookWorld,
+) -> None:
+    for stage in runbook_stages():
+        harness_for(stage)
+    scenario = runbook_world.scenario
+    fresh_cluster(runbook_world)
+    first = scenario.hpkv("up", "--cluster", "demo", "--yes")
+    assert first.exit_code == 0, first
+    payload = _audit_second_up(runbook_world)
+    assert [s["stage"] for s in payload["stages"]] == runbook_stages()
+
     mark = scenario.mark()
     result = scenario.hpkv("up", "--cluster", "demo", "--dry-run")
     assert result.exit_code == 0, result
-    assert "0 change(s) in" in result.stdout
+    assert f"0 change(s) in {len(runbook_stages())} stage(s)" in result.stdout
     assert "nothing to do, already in the desired state" in result.stdout
     assert "dry run: nothing was changed" in result.stdout
     assert scenario.writes_since(mark) == []
 
 
-def test_second_down_makes_zero_writes(scenario: Scenario) -> None:
-    fresh_cluster(scenario)
+def test_second_down_makes_zero_writes(runbook_world: RunbookWorld) -> None:
+    scenario, kube = runbook_world.scenario, runbook_world.kube
+    fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
+    # the user deletes the endpoint first ('hpkv down' refuses while endpoints exist); the
+    # operator and the garbage collector delete its Deployment and pods
+    kube.delete_object(
+        {
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+            "kind": "InferenceEndpointConfig",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.delete_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.raw(
+        "DELETE",
+        f"/api/v1/namespaces/{ENDPOINT_NAMESPACE}/pods?labelSelector=app%3D{ENDPOINT}"
+        "&gracePeriodSeconds=0",
+    )
     down = scenario.hpkv("down", "--cluster", "demo", "--yes")
     assert down.exit_code == 0, down
     mark = scenario.mark()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hpkv.errors import PreconditionFailed, UsageError
-from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Verb
+from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, PlanDeferred, Verb
 from hpkv.stages.curvine.reads import ReleaseState
 from hpkv.stages.curvine.status import CurvineStatus
 from hpkv.stages.curvine.values import (
@@ -41,12 +41,14 @@ from hpkv.stages.curvine.values import (
 
 if TYPE_CHECKING:
     from hpkv.aws.irsa import IrsaRole
+    from hpkv.runbook.profile import ClusterProfile
 
 
 class CurvineStage(CurvineStatus):
     name = "curvine"
     title = "EBS CSI driver and Curvine (L2 shared NVMe cache)"
     number = 3
+    remove_flags = frozenset({"delete_data", "delete_volumes"})
     # Set by plan when the add-on is still CREATING/UPDATING: apply waits for it first.
     _addon_wait: str | None = None
 
@@ -55,6 +57,7 @@ class CurvineStage(CurvineStatus):
     # ============================================================================================
     def plan(self, *, reformat: bool = False, **_: Any) -> Plan:
         self.cfg  # noqa: B018 - an invalid section fails before any API call
+        self.require_endpoint_api()
         plan = Plan(stage=self.name)
         nodes = self.gpu_nodes()
         if not nodes:
@@ -506,7 +509,12 @@ class CurvineStage(CurvineStatus):
     # ============================================================================================
     # remove
     # ============================================================================================
-    def plan_remove(self, *, delete_data: bool = False, **_: Any) -> Plan:
+    def plan_remove(
+        self, *, delete_data: bool = False, delete_volumes: bool = False, **_: Any
+    ) -> Plan:
+        """Uninstall Curvine and its CSI driver. The L2 PVCs (cached KV blocks) go only with
+        ``delete_data``, the master's metadata/journal volumes (EBS) only with
+        ``delete_volumes``; what stays is listed in ``Plan.kept``."""
         from hpkv.kube import objects
 
         self.cfg  # noqa: B018 - an invalid section fails before any API call
@@ -515,10 +523,19 @@ class CurvineStage(CurvineStatus):
             ns = pvc.metadata.namespace
             users = self._pods_using(ns, pvc.metadata.name)
             if users:
-                raise PreconditionFailed(
+                # Without its CSI driver a mounted L2 breaks those pods, deleted or not.
+                raise PlanDeferred(
+                    "l2",
                     f"PVC {ns}/{pvc.metadata.name} is mounted by pod(s) {shorten(users, 3)}",
-                    fix="unwire the L2 first ('hpkv l2 remove') or scale those endpoints down",
+                    fix="unwire the L2 first ('hpkv l2 remove'; 'hpkv down' does it) or scale "
+                    "those endpoints down",
                 )
+            if not delete_data:
+                plan.kept.append(
+                    f"L2 PVC {ns}/{pvc.metadata.name} and its cached KV blocks (--delete-data "
+                    "deletes them)"
+                )
+                continue
             plan.add(
                 Action(
                     f"PersistentVolumeClaim/{ns}/{pvc.metadata.name}",
@@ -529,6 +546,7 @@ class CurvineStage(CurvineStatus):
                     run=lambda ns=ns, name=pvc.metadata.name, volume=pvc.spec.volume_name: (
                         self._delete_l2_pvc(ns, name, volume)
                     ),
+                    destructive=True,
                 )
             )
         plan.add(
@@ -563,7 +581,7 @@ class CurvineStage(CurvineStatus):
                 )
             )
         volumes = self.master_pvcs()
-        if delete_data:
+        if delete_volumes:
             for volume in volumes:
                 plan.add(
                     objects.plan_delete(
@@ -577,17 +595,18 @@ class CurvineStage(CurvineStatus):
                         destructive=True,
                     )
                 )
+        elif volumes:
+            plan.kept.append(
+                f"the master's metadata/journal volumes ({', '.join(volumes)}, EBS); a later "
+                "apply reuses them (--delete-volumes deletes them)"
+            )
+        if delete_data or delete_volumes:
             plan.notes.append(
                 f"cached blocks in {self.cfg['dataDir']} on the GPU nodes are not deleted by "
                 "hpkv; remove that directory on the nodes to reclaim the space"
             )
-        elif volumes:
-            plan.notes.append(
-                f"kept: the master's metadata/journal volumes ({', '.join(volumes)}); a later "
-                "apply reuses them (pass --delete-data to delete them)"
-            )
-        plan.notes.append(
-            f"kept: the EKS add-on aws-ebs-csi-driver, its IAM role and the EBS StorageClass "
+        plan.kept.append(
+            f"the EKS add-on aws-ebs-csi-driver, its IAM role and the EBS StorageClass "
             f"(shared infrastructure), and the namespace {self.namespace}"
         )
         return plan
@@ -624,3 +643,136 @@ class CurvineStage(CurvineStatus):
             done,
             fix="check the CSI controller's logs; rerun 'hpkv curvine remove' when it is gone",
         )
+
+    # ============================================================================================
+    # runbook: deferral and the offline plan
+    # ============================================================================================
+    def require_endpoint_api(self) -> None:
+        """The L2 PVCs go in the namespaces of the inference endpoints: without the operator's
+        InferenceEndpointConfig API (and without curvine.pvcNamespaces) they cannot be planned."""
+        from hpkv.topology import endpoint_api_served
+
+        if self.cfg["pvcNamespaces"] or endpoint_api_served(self.ctx.kube):
+            return
+        raise PlanDeferred(
+            "operator",
+            "its L2 PVCs go in the namespaces of the inference endpoints, and the "
+            "InferenceEndpointConfig API the operator installs is not served yet",
+            fix="run stage 'operator' first ('hpkv up' does it), or list the namespaces in "
+            "curvine.pvcNamespaces",
+        )
+
+    def plan_offline(self, profile: ClusterProfile) -> Plan:
+        """The plan for the profile's cluster after stage 2 (the OIDC provider exists), from the
+        same values, objects and IRSA role the live plan builds (no API call)."""
+        from hpkv.aws import ebs_csi, eks, irsa
+        from hpkv.kube.objects import comparable, describe
+
+        cfg = self.cfg
+        cluster = profile.describe_eks()
+        issuer = eks.oidc_issuer(cluster) or ""
+        plan = Plan(stage=self.name)
+        addons = {str(a.get("name")): a for a in profile.addons}
+        plan.add(Action(irsa.oidc_provider_target(issuer), Verb.NONE, "exists (stage 2)"))
+        if ebs_csi.ADDON_NAME not in addons:
+            role_name = cfg["ebsCsi"].get("roleName") or ebs_csi.default_role_name(cluster["name"])
+            plan.add(
+                irsa.role_creation(None, ebs_csi.hpkv_role(role_name, profile.account, issuer))
+            )
+        plan.add(self._offline_ebs_addon(addons.get(ebs_csi.ADDON_NAME), str(cluster["version"])))
+        master_class = cfg["ebsStorageClassName"] or EBS_STORAGE_CLASS
+        sc = ebs_storage_class(master_class)
+        if master_class in profile.storage_classes:
+            plan.add(Action(describe(sc), Verb.NONE, "reused for the master's metadata/journal"))
+        else:
+            summary = "EBS gp3 class (WaitForFirstConsumer) for the master's metadata/journal"
+            plan.add(Action(describe(sc), Verb.CREATE, summary, None, comparable(sc)))
+        nodes = self._offline_nodes(profile)
+        capacity = worker_capacity_gi(
+            nodes, reserve=cfg["capacityReserve"], explicit=cfg["workerCapacity"]
+        )
+        desired = runtime_values(
+            cfg, workers=len(nodes), worker_capacity_gi=capacity, master_class=master_class
+        )
+        releases = {(r.get("namespace"), r.get("name")): r for r in profile.helm_releases}
+        for release, chart, values in (
+            (self.csi_release, CSI_CHART, csi_values(cfg)),
+            (self.release, RUNTIME_CHART, desired),
+        ):
+            plan.add(self._offline_release(release, chart, values, releases))
+        l2_class = l2_storage_class(cfg)
+        plan.add(
+            Action(
+                describe(l2_class),
+                Verb.CREATE,
+                "Curvine CSI class for the L2 (fs-path /l2cache)",
+                None,
+                comparable(l2_class),
+            )
+        )
+        namespaces = sorted(
+            {ns for ns, _name, _n in profile.endpoint_refs()} | set(cfg["pvcNamespaces"])
+        )
+        for ns in namespaces:
+            pvc = l2_pvc(cfg, ns)
+            plan.add(Action(describe(pvc), Verb.CREATE, "RWX L2 volume", None, comparable(pvc)))
+        if not namespaces:
+            plan.notes.append("no inference endpoint in the profile: no L2 PVC planned")
+        plan.notes.append(
+            f"{len(nodes)} worker(s), one per GPU node, each caching {capacity} GiB in "
+            f"{cfg['dataDir']} (sized from the instance type's NVMe; the live plan reads the "
+            "nodes' ephemeral-storage)"
+        )
+        return plan
+
+    def _offline_ebs_addon(self, installed: dict[str, Any] | None, kubernetes: str) -> Action:
+        from hpkv.aws import ebs_csi
+
+        target = f"eks addon/{ebs_csi.ADDON_NAME}"
+        if installed is not None:
+            return Action(target, Verb.NONE, f"{installed.get('version') or '?'} installed")
+        policy = self.cfg["ebsCsi"].get("addonVersion") or "default"
+        version = {
+            "default": f"EKS's default for Kubernetes {kubernetes}",
+            "latest": "the latest version",
+        }.get(policy, policy)
+        return Action(target, Verb.CREATE, f"create {version}", None, {"addonVersion": version})
+
+    def _offline_nodes(self, profile: ClusterProfile) -> list[GpuNode]:
+        from hpkv.runbook.init import is_gpu_type
+        from hpkv.sizing.catalog import BUILTIN_INSTANCE_TYPES
+
+        nodes = []
+        for node in profile.cluster_nodes():
+            kind = node["InstanceType"]
+            if not is_gpu_type(kind):
+                continue
+            known = BUILTIN_INSTANCE_TYPES.get(kind)
+            disk = int(known.nvme_gb * 1e9) if known and known.nvme_gb else None
+            nodes.append(GpuNode(name=node["InstanceId"], kernel="", disk_bytes=disk))
+        if not nodes:
+            raise PreconditionFailed(
+                f"the cluster profile has no GPU instance group to run Curvine workers on "
+                f"({profile.source})",
+                fix="add an instance group with a GPU instance type (ml.g*, ml.p*)",
+            )
+        return nodes
+
+    def _offline_release(
+        self,
+        release: str,
+        chart: str,
+        values: dict[str, Any],
+        installed: dict[tuple[Any, Any], dict[str, Any]],
+    ) -> Action:
+        source = self.chart_source(chart)
+        target = f"helm release {self.namespace}/{release}"
+        if (self.namespace, release) in installed:
+            return Action(target, Verb.NONE, "installed (chart and values compared live)")
+        summary = f"install chart {source} from {source.repo}"
+        if chart == RUNTIME_CHART and chart_needs_format_flags(source.version):
+            summary += (
+                "; this chart needs the format flags to bootstrap, so they are on for the first "
+                "start on the new, empty master volumes and turned off again in this run"
+            )
+        return Action(target, Verb.CREATE, summary, None, values)

@@ -101,7 +101,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "storageClassName": {"type": "string", "pattern": _NAME},
         "pvcName": {"type": "string", "pattern": _NAME},
         "pvcSize": {"type": "string", "pattern": _QUANTITY, "description": "e.g. 100Gi"},
-        "pvcNamespaces": {"type": "array", "items": {"type": "string", "pattern": _NAME}},
+        "pvcNamespaces": {
+            "type": "array",
+            "items": {"type": "string", "pattern": _NAME, "description": "a namespace name"},
+            "description": "namespaces for the L2 PVC besides those of the inference endpoints",
+        },
         "eviction": {
             "type": "object",
             "additionalProperties": False,

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpkv import topology
 from hpkv.context import poll_interval
@@ -51,7 +51,17 @@ from hpkv.errors import (
     UsageError,
     WaitTimeout,
 )
-from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb, worst_state
+from hpkv.stages.base import (
+    Action,
+    ApplyResult,
+    Check,
+    CheckState,
+    Plan,
+    PlanDeferred,
+    Stage,
+    Verb,
+    worst_state,
+)
 from hpkv.stages.l2.pods import (
     PodWiring,
     choose_mechanism,
@@ -93,6 +103,9 @@ from hpkv.stages.l2.wiring import (
     vllm_container_index,
 )
 from hpkv.topology import EndpointRef
+
+if TYPE_CHECKING:
+    from hpkv.runbook.profile import ClusterProfile
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -141,6 +154,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
             "type": "boolean",
             "description": "true to exec a write/read probe and read LMCache logs in status",
         },
+        "installKyverno": {
+            "type": "boolean",
+            "description": "true to install Kyverno (what --install-kyverno does, also for "
+            "'hpkv up') when the cluster serves no MutatingAdmissionPolicy (Kubernetes < 1.36)",
+        },
         "kyverno": {
             "type": "object",
             "additionalProperties": False,
@@ -173,6 +191,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "restart": "auto",
     "failurePolicy": "Ignore",
     "probe": True,
+    "installKyverno": False,
     "kyverno": {
         "repo": KYVERNO_REPO,
         "chart": KYVERNO_CHART,
@@ -729,6 +748,7 @@ class L2Stage(Stage):
         mode = self._mode(mode)
         restart = self._restart_choice(restart)
         plan = Plan(stage=self.name)
+        self.require_endpoint_api()
         refs = self._planned = self.endpoints(endpoints)
         if not refs:
             plan.notes.append("no InferenceEndpointConfigs found: nothing to wire yet")
@@ -781,7 +801,8 @@ class L2Stage(Stage):
         pvc = self.pvc(ref.namespace, wiring.pvc_name)
         fix = "run 'hpkv curvine apply' first (it creates the Curvine PVC in endpoint namespaces)"
         if pvc is None:
-            raise PreconditionFailed(
+            raise PlanDeferred(
+                "curvine",
                 f"PersistentVolumeClaim {ref.namespace}/{wiring.pvc_name} does not exist; pods "
                 "wired to it would not start",
                 fix=fix,
@@ -806,6 +827,7 @@ class L2Stage(Stage):
         if mechanism:
             return mechanism
         preference = self.config()["mechanism"]
+        install_kyverno = install_kyverno or bool(self.config()["installKyverno"])
         if install_kyverno and preference != "admission-policy":
             plan.add(self._plan_kyverno_install())
             return "kyverno"
@@ -818,8 +840,9 @@ class L2Stage(Stage):
             cause = f"the cluster serves neither {served} nor Kyverno's {KYVERNO_KIND}"
         raise PreconditionFailed(
             f"{cause}, so pods cannot be wired at admission",
-            fix="rerun with --install-kyverno (installs the kyverno/kyverno Helm chart), or use "
-            "--mode patch (undone by the operator's next re-render)",
+            fix="rerun with --install-kyverno or set l2.installKyverno: true (for 'hpkv up'; "
+            "installs the kyverno/kyverno Helm chart), or use --mode patch (undone by the "
+            "operator's next re-render)",
         )
 
     def _plan_kyverno_install(self) -> Action:
@@ -1378,9 +1401,12 @@ class L2Stage(Stage):
         endpoints: Sequence[str] | None = None,
         mode: str | None = None,
         restart: str | None = None,
+        delete_data: bool = False,
         **_: Any,
     ) -> Plan:
         """Delete the policies and/or revert the patch, then re-create the wired pods."""
+        from hpkv.kube import objects
+
         if mode is not None:
             self._mode(mode)
         restart = self._restart_choice(restart)
@@ -1413,9 +1439,22 @@ class L2Stage(Stage):
             if state is not None:
                 plan.add(self._plan_restore(ref, state, expect=expect))
             plan.add(self._plan_restart(ref, wiring, restart, expect=expect))
-        plan.notes.append(
-            f"the cached KV data under {wiring.mount_path} on the Curvine PVC is kept"
-        )
+        if not endpoints and mode in (None, "policy"):
+            for api_version, kind, name in self.orphaned_policies(refs):
+                plan.add(
+                    objects.plan_delete(
+                        self.ctx.kube,
+                        api_version,
+                        kind,
+                        name,
+                        summary="delete (its endpoint no longer exists)",
+                    )
+                )
+        if not delete_data:
+            plan.kept.append(
+                f"the cached KV data under {wiring.mount_path} on the Curvine PVC (stage curvine "
+                "keeps it too unless --delete-data)"
+            )
         return plan
 
     def _template_patched(self, ref: EndpointRef, wiring: Wiring) -> bool:
@@ -1462,3 +1501,102 @@ class L2Stage(Stage):
             f"{', '.join(wired[:10]) or 'none'}",
             f"rerun 'hpkv l2 remove --endpoint {ref}'",
         )
+
+    # --- runbook: deferral, leftovers and the offline plan --------------------------------------
+    def require_endpoint_api(self) -> None:
+        """The wiring targets the pods of InferenceEndpointConfigs, an API the operator installs."""
+        if not topology.endpoint_api_served(self.ctx.kube):
+            raise PlanDeferred(
+                "operator",
+                "it wires the pods of InferenceEndpointConfigs, and that API (the operator's CRD) "
+                "is not served yet",
+            )
+
+    def orphaned_policies(self, refs: Sequence[EndpointRef]) -> list[tuple[str, str, str]]:
+        """(apiVersion, kind, name) of hpkv's policy objects whose endpoint no longer exists."""
+        from hpkv.kube import kube_errors
+
+        current = {str(ref) for ref in refs}
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_LABELS.items())
+        found = []
+        for api_version, kind in (
+            (ADMISSION_API, BINDING_KIND),
+            (ADMISSION_API, POLICY_KIND),
+            (KYVERNO_API, KYVERNO_KIND),
+        ):
+            if not self.serves(api_version, kind):
+                continue
+            with kube_errors(f"list {kind} objects"):
+                items = self.ctx.kube.resource(api_version, kind).get(label_selector=selector)
+            for item in items.items:
+                meta = item.to_dict()["metadata"]
+                owner = (meta.get("annotations") or {}).get(ENDPOINT_ANNOTATION)
+                if owner not in current:
+                    found.append((api_version, kind, meta["name"]))
+        return found
+
+    def plan_offline(self, profile: ClusterProfile) -> Plan:
+        """The wiring of the profile's endpoints after stages 2 and 3, with the mechanism the
+        profile's Kubernetes version allows (no API call)."""
+        from hpkv.kube.objects import comparable, describe
+
+        plan = Plan(stage=self.name)
+        refs = [EndpointRef(ns, name) for ns, name, _replicas in profile.endpoint_refs()]
+        if not refs:
+            plan.notes.append("no inference endpoint in the profile: nothing to wire")
+            return plan
+        config = self.config()
+        mechanism = self._offline_mechanism(plan, profile)
+        wiring = self.wiring()
+        replicas = {(ns, name): n for ns, name, n in profile.endpoint_refs()}
+        for ref in refs:
+            if mechanism == "admission-policy":
+                desired = [
+                    policy_manifest(ref, wiring, config["failurePolicy"]),
+                    binding_manifest(ref, wiring),
+                ]
+            else:
+                desired = [kyverno_manifest(ref, wiring, config["failurePolicy"])]
+            for obj in desired:
+                summary = f"wire the pods of {ref} at admission"
+                plan.add(Action(describe(obj), Verb.CREATE, summary, None, comparable(obj)))
+            count = replicas[(ref.namespace, ref.name)]
+            plan.add(
+                Action(
+                    f"pods {ref.namespace}/app={ref.name}",
+                    Verb.UPDATE,
+                    f"re-create {count} pod(s) with the current wiring (a rolling restart when a "
+                    "surge pod fits, else pod by pod)",
+                    after={"pods carry": wiring.fingerprint(ref)},
+                )
+            )
+        return plan
+
+    def _offline_mechanism(self, plan: Plan, profile: ClusterProfile) -> str:
+        config = self.config()
+        version = tuple(int(p) for p in str(profile.eks_version).split(".")[:2])
+        admission = version >= (1, 36)  # MutatingAdmissionPolicy v1 is served from 1.36
+        kyverno = any(r.get("name") == KYVERNO_RELEASE for r in profile.helm_releases)
+        mechanism = choose_mechanism(
+            admission_policy=admission, kyverno=kyverno, preference=config["mechanism"]
+        )
+        if mechanism:
+            return mechanism
+        if config["mechanism"] == "admission-policy":
+            raise PreconditionFailed(
+                f"l2.mechanism is admission-policy, but Kubernetes {profile.eks_version} serves "
+                f"no {POLICY_KIND} ({ADMISSION_API}, Kubernetes 1.36+)",
+                fix="set l2.mechanism to auto or kyverno",
+            )
+        install = self._plan_kyverno_install()
+        if not config["installKyverno"]:
+            install = Action(
+                install.target,
+                Verb.NONE,
+                f"NEEDED: Kubernetes {profile.eks_version} serves no {POLICY_KIND} (1.36+) and "
+                "Kyverno is not installed; set l2.installKyverno: true so 'hpkv up' installs it "
+                "(without it 'hpkv up' stops at this stage)",
+            )
+        install.run = None
+        plan.add(install)
+        return "kyverno"

@@ -143,6 +143,9 @@ class _Middleware:
                 time.sleep(fault.seconds)
             else:
                 code, status = _FAULT_ERRORS[fault.kind]
+                if request.service == "s3" and fault.kind == "throttle":
+                    # S3 throttles with 503 SlowDown (a HEAD answer carries no error code)
+                    code, status = "SlowDown", 503
                 if request.protocol == "query":
                     code = {
                         "ThrottlingException": "Throttling",
