@@ -1,9 +1,12 @@
-"""A healthy seeded installation (stage 1 plus pods standing in for the later stages) that the
-status and diagnose tests break one piece at a time."""
+"""The healthy clusters the status and diagnose tests break one piece at a time: ``stack`` has
+every stage installed by hpkv itself (tests/harness/stack.py); ``installation`` is lighter, stage 1
+plus pods standing in for the later stages (which read "not installed"), for the generic
+detectors."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 from hpkv.health import SCHEMA_DIR
 from tests.harness.play import add_pod, ensure_namespace
 from tests.harness.scenario import Scenario
+from tests.harness.stack import Stack
 
 OPERATOR_NS = "hyperpod-inference-system"
 CURVINE_NS = "curvine"
@@ -79,6 +83,15 @@ class Installation:
         return result.exit_code, document
 
 
+def run_json(scenario: Scenario, command: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """``hpkv status|diagnose --cluster demo -o json ...``: (exit code, schema-valid document)."""
+    result = scenario.hpkv(command, "--cluster", "demo", "-o", "json", *args)
+    assert result.exception is None, result
+    document = json.loads(result.stdout)
+    validate(document, command)
+    return result.exit_code, document
+
+
 def validate(document: dict[str, Any], name: str) -> None:
     schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
     jsonschema.Draft202012Validator(
@@ -88,6 +101,20 @@ def validate(document: dict[str, Any], name: str) -> None:
 
 def findings(document: dict[str, Any], finding_id: str) -> list[dict[str, Any]]:
     return [f for f in document["findings"] if f["id"] == finding_id]
+
+
+@pytest.fixture
+def stack(
+    scenario: Scenario,
+    shared_dir: Path,
+    curvine_chart_repo: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Stack]:
+    """Every stage installed by hpkv (``stack.install()``; or some: ``install(["operator"])``)."""
+    built = Stack(scenario, shared_dir, curvine_chart_repo, tmp_path, monkeypatch)
+    yield built
+    built.stop()
 
 
 @pytest.fixture
