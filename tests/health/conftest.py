@@ -6,7 +6,6 @@ detectors."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ import pytest
 from hpkv.health import SCHEMA_DIR
 from tests.harness.play import add_pod, ensure_namespace
 from tests.harness.scenario import Scenario
-from tests.harness.stack import Stack
 
 OPERATOR_NS = "hyperpod-inference-system"
 CURVINE_NS = "curvine"
@@ -101,20 +99,6 @@ def validate(document: dict[str, Any], name: str) -> None:
 
 def findings(document: dict[str, Any], finding_id: str) -> list[dict[str, Any]]:
     return [f for f in document["findings"] if f["id"] == finding_id]
-
-
-@pytest.fixture
-def stack(
-    scenario: Scenario,
-    shared_dir: Path,
-    curvine_chart_repo: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Stack]:
-    """Every stage installed by hpkv (``stack.install()``; or some: ``install(["operator"])``)."""
-    built = Stack(scenario, shared_dir, curvine_chart_repo, tmp_path, monkeypatch)
-    yield built
-    built.stop()
 
 
 @pytest.fixture

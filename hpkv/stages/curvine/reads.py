@@ -162,12 +162,6 @@ class CurvineReads(Stage):
             needs_upgrade=helm.needs_upgrade(revision, chart, desired),
         )
 
-    def live_release(self, name: str) -> tuple[Any | None, dict[str, Any] | None]:
-        revision = self.ctx.helm.current_revision(name, self.namespace)
-        if revision is None:
-            return None, None
-        return revision, self.ctx.helm.release_values(revision)
-
     def _ensure(self, name: str, chart: Any, values: dict[str, Any]) -> Any:
         return self.ctx.helm.ensure(
             name, chart, values, namespace=self.namespace, timeout=self.ctx.options.timeout

@@ -68,9 +68,12 @@ class CurvineStatus(CurvineReads):
 
     # --- shared reads --------------------------------------------------------------------------
     def live_release(self, name: str) -> tuple[Any | None, dict[str, Any] | None]:
-        """(revision, values) of a release; read once per health run."""
-        load = super().live_release
-        return self.ctx.memo(("helm:release", self.namespace, name), lambda: load(name))
+        """(revision, values) of a release, from Helm's storage objects (one list call, shared
+        in a health run; no helm process)."""
+        from hpkv.helm import stored_release
+
+        stored = stored_release(reads.helm_release_objects(self.ctx, self.namespace, name))
+        return (stored, stored.values) if stored is not None else (None, None)
 
     def _runtime(self) -> Any | None:
         """The runtime release's revision (None when absent or unreadable)."""
@@ -239,9 +242,8 @@ class CurvineStatus(CurvineReads):
             if revision is None:
                 missing.append(f"{label} not installed")
                 continue
-            status = str(getattr(revision.status, "value", revision.status))
-            metadata = self.ctx.helm.run(revision.chart_metadata(), "read the release's chart")
-            parts.append(f"{label} {metadata.version} revision {revision.revision} {status}")
+            status = revision.status
+            parts.append(f"{label} {revision.chart_version} revision {revision.revision} {status}")
             failed = failed or status != "deployed"
         flags = [k for k, v in format_flags(runtime_values).items() if v]
         if runtime is not None and flags:
