@@ -108,6 +108,8 @@ class AwsClients:
             retries={"mode": mode, "max_attempts": 8},
             connect_timeout=10,
             read_timeout=60,
+            # hpkv status reads side by side: keep a connection per concurrent request
+            max_pool_connections=64,
             user_agent_extra=f"hpkv/{__version__}",
         )
 

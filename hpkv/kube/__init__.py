@@ -189,7 +189,7 @@ class KubeClients:
             raise_on_status=False,
         )
         # status runs checks concurrently: allow as many connections as worker threads
-        configuration.connection_pool_maxsize = 32
+        configuration.connection_pool_maxsize = 64
         return client.ApiClient(configuration)
 
     def _for_hyperpod_cluster(self, path: str | None, cluster_name: str) -> Any:

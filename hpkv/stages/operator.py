@@ -37,7 +37,7 @@ from hpkv import reads
 from hpkv.aws import addon_plan, eks, iam, irsa, s3
 from hpkv.aws.irsa import trust_drift, trust_drift_finding
 from hpkv.context import poll_interval
-from hpkv.errors import ConfigError, HpkvError, PreconditionFailed, WaitTimeout
+from hpkv.errors import ConfigError, HpkvError, NotFound, PreconditionFailed, WaitTimeout
 from hpkv.stages.base import (
     Action,
     ApplyResult,
@@ -53,7 +53,9 @@ from hpkv.stages.base import (
     Verb,
 )
 from hpkv.topology import (
+    ENDPOINT_KIND,
     ENDPOINT_PLURAL,
+    INFERENCE_API_VERSION,
     INFERENCE_GROUP,
     OPERATOR_DEPLOYMENT,
     OPERATOR_NAMESPACE,
@@ -80,6 +82,11 @@ TLS_BUCKET_PREFIX = "hyperpod-tls-"
 HELM_OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
 CSI_DRIVERS = ("s3.csi.aws.com", "fsx.csi.aws.com")
 CERT_MANAGER_CRDS = ("certificates.cert-manager.io", "certificaterequests.cert-manager.io")
+CERT_MANAGER_KINDS = {
+    CERT_MANAGER_CRDS[0]: "Certificate",
+    CERT_MANAGER_CRDS[1]: "CertificateRequest",
+}
+CERT_MANAGER_API = "cert-manager.io/v1"
 ENDPOINT_CRD = f"{ENDPOINT_PLURAL}.{INFERENCE_GROUP}"
 METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
 
@@ -508,12 +515,21 @@ class OperatorStage(Stage):
         return list(spec.managed)
 
     def role_state(self, spec: RoleSpec, target: Target) -> RoleState:
+        from hpkv.concurrency import fan_out
+
         given = self.given_role(spec)
         name = iam.role_name(given) if given else role_name(spec, target.hyperpod_name)
-        live = reads.role(self.ctx, name)
+
+        def attached() -> list[str] | None:
+            try:
+                return reads.attached_policies(self.ctx, name)
+            except NotFound:
+                return None  # no such role: GetRole says so
+
+        # Both at once: the policies of a role that exists are wanted anyway.
+        live, policies = fan_out([lambda: reads.role(self.ctx, name), attached])
         arn = live["Arn"] if live else f"arn:aws:iam::{target.account}:role/{name}"
-        attached = reads.attached_policies(self.ctx, name) if live else []
-        return RoleState(spec, name, arn, given is not None, live, attached)
+        return RoleState(spec, name, arn, given is not None, live, policies or [] if live else [])
 
     # --- reads: add-on configuration ----------------------------------------------------------
     def addon_configuration(self, target: Target, roles: dict[str, RoleState]) -> dict[str, Any]:
@@ -623,8 +639,17 @@ class OperatorStage(Stage):
         return {r.spec.key: r for r in states if r is not None}
 
     def _addon_row(self, spec: AddonSpec) -> Check:
+        from hpkv.concurrency import fan_out
+
         target = self.target()
-        roles = self._roles(target) if spec.role or spec.name == OPERATOR_ADDON else {}
+        wants_roles = spec.role is not None or spec.name == OPERATOR_ADDON
+        # The add-on and the roles its settings name, read side by side.
+        roles, _addon = fan_out(
+            [
+                lambda: self._roles(target) if wants_roles else {},
+                lambda: reads.addon(self.ctx, spec.name),
+            ]
+        )
         return self._addon_check(spec, target, roles)
 
     def _operator_addon_exists(self) -> bool:
@@ -774,9 +799,7 @@ class OperatorStage(Stage):
         found["operator-deployment"] = lambda missing: self._deployment_check(
             self._deployment(OPERATOR_DEPLOYMENT), missing
         )
-        found["endpoint-crd"] = lambda missing: self._crd_check(
-            reads.crd(self.ctx, ENDPOINT_CRD), missing
-        )
+        found["endpoint-crd"] = self._endpoint_crd_check
         return found
 
     def _deployment(self, name: str) -> Any:
@@ -796,7 +819,19 @@ class OperatorStage(Stage):
         )
 
     def missing_cert_manager_crds(self) -> list[str]:
-        return [crd for crd in CERT_MANAGER_CRDS if reads.crd(self.ctx, crd) is None]
+        # Served kinds: one small discovery request instead of reading the (large) CRDs.
+        served = reads.served_kinds(self.ctx, CERT_MANAGER_API)
+        return [
+            crd
+            for crd in CERT_MANAGER_CRDS
+            if CERT_MANAGER_KINDS[crd] not in served and reads.crd(self.ctx, crd) is None
+        ]
+
+    def _endpoint_crd_check(self, missing: CheckState) -> Check:
+        # The CRD is thousands of lines: discovery says whether it is served (Established).
+        if reads.serves(self.ctx, INFERENCE_API_VERSION, ENDPOINT_KIND):
+            return self.check("endpoint-crd", CheckState.OK, f"CRD {ENDPOINT_CRD} Established")
+        return self._crd_check(reads.crd(self.ctx, ENDPOINT_CRD), missing)
 
     def _csi_driver_check(self, driver: str, missing: CheckState) -> Check:
         found = self._csi_driver(driver)
@@ -966,13 +1001,16 @@ class OperatorStage(Stage):
         from hpkv.kube import kube_errors
 
         callers: dict[tuple[str, str], list[str]] = {}
-        crd = reads.crd(self.ctx, ENDPOINT_CRD)
-        conversion = crd.spec.conversion if crd is not None else None
-        if conversion is not None and conversion.strategy == "Webhook" and conversion.webhook:
-            service = conversion.webhook.client_config.service
-            if service is not None:
-                key = (service.namespace, service.name)
-                callers.setdefault(key, []).append(f"the conversion webhook of CRD {ENDPOINT_CRD}")
+        # As JSON, not as the client's models: its schema alone is thousands of lines.
+        crd = self.ctx.kube.get_json(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{ENDPOINT_CRD}",
+            what=f"read CRD {ENDPOINT_CRD}",
+        )
+        conversion = ((crd or {}).get("spec") or {}).get("conversion") or {}
+        service = ((conversion.get("webhook") or {}).get("clientConfig") or {}).get("service")
+        if conversion.get("strategy") == "Webhook" and service:
+            key = (service.get("namespace", ""), service.get("name", ""))
+            callers.setdefault(key, []).append(f"the conversion webhook of CRD {ENDPOINT_CRD}")
         api = client.AdmissionregistrationV1Api(self.ctx.kube.api_client)
         with kube_errors("list webhook configurations"):
             configs = [

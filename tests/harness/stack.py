@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,12 @@ class MetricsStub:
 
     def __init__(self) -> None:
         self.counters: dict[str, dict[str, float]] = {}
+        self.latency = 0.0  # seconds before each answer (the API server's pod proxy hop)
         stub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                time.sleep(stub.latency)
                 pod = self.path.strip("/").split("/")[0]
                 counters = stub.counters.get(pod, HEALTHY_COUNTERS)
                 labels = 'model_name="llama",engine="0"'
@@ -264,10 +267,23 @@ class Stack:
             if not p["metadata"].get("deletionTimestamp")
         )
 
-    def stop(self) -> None:
+    def set_latency(self, seconds: float) -> None:
+        """Delay every AWS and Kubernetes call (the scenario's proxy must be set) and every
+        in-cluster answer the stubs give."""
+        self.aws.latency = seconds
+        self.scenario.proxy.latency = seconds
+        self.master.latency = self.metrics.latency = self.pods.latency = seconds
+
+    def stop_controllers(self) -> None:
+        """Stop every played controller (the objects stay as they are): for measurements, where
+        their polling would compete for the CPU."""
         self.stop_workers()
         if self.curvine_player is not None:
             self.curvine_player.__exit__(None, None, None)
+            self.curvine_player = None
+
+    def stop(self) -> None:
+        self.stop_controllers()
         self.pods.__exit__(None, None, None)
         self.master.stop()
         self.metrics.stop()

@@ -373,6 +373,7 @@ class FakePods:
         self.logs_dir = logs_dir or storage.parent / "pod-logs"
         self.broken: set[str] = set()
         self.execs: list[dict[str, Any]] = []
+        self.latency = 0.0  # seconds before each answer (the API server and kubelet hops)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -388,6 +389,7 @@ class FakePods:
                 self.wfile.write(data)
 
             def do_POST(self) -> None:
+                time.sleep(fake.latency)
                 length = int(self.headers.get("Content-Length", "0"))
                 request = json.loads(self.rfile.read(length))
                 self._send(200, json.dumps(fake._exec(request)))

@@ -436,12 +436,15 @@ class L2Stage(Stage):
         return [item for items in lists for item in items]
 
     def policy_objects(self, ref: EndpointRef) -> dict[str, dict[str, Any] | None]:
+        from hpkv.concurrency import fan_out
+
         name = object_name(ref)
-        return {
-            POLICY_KIND: self._read_optional(ADMISSION_API, POLICY_KIND, name),
-            BINDING_KIND: self._read_optional(ADMISSION_API, BINDING_KIND, name),
-            KYVERNO_KIND: self._read_optional(KYVERNO_API, KYVERNO_KIND, name),
-        }
+        kinds = ((ADMISSION_API, POLICY_KIND), (ADMISSION_API, BINDING_KIND))
+        kinds += ((KYVERNO_API, KYVERNO_KIND),)
+        found = fan_out(
+            [lambda a=api, k=kind: self._read_optional(a, k, name) for api, kind in kinds]
+        )
+        return {kind: obj for (_api, kind), obj in zip(kinds, found, strict=True)}
 
     def _state_name(self, ref: EndpointRef) -> str:
         return f"{PATCH_STATE_CONFIGMAP}-{ref.name}"[:253]
@@ -492,10 +495,31 @@ class L2Stage(Stage):
         ``--mode patch`` wiring."""
         from hpkv.concurrency import fan_out
 
-        if self.managed_policies():
+        def endpoints() -> list[dict[str, Any] | None]:
+            # Each endpoint's reads are what its checks read first: made now, side by side with
+            # the policy lists, they are shared when the checks run.
+            refs = self.endpoints()
+            fan_out([lambda ref=ref: self._prefetch(ref) for ref in refs])
+            return [self.deployment(ref) for ref in refs]
+
+        policies, deployments = fan_out([self.managed_policies, endpoints])
+        if policies:
             return True
-        deployments = fan_out([lambda ref=ref: self.deployment(ref) for ref in self.endpoints()])
         return any(self._patch_applied(d) for d in deployments if d is not None)
+
+    def _prefetch(self, ref: EndpointRef) -> None:
+        from hpkv.concurrency import fan_out
+
+        wiring = self.wiring()
+        fan_out(
+            [
+                lambda: self.policy_objects(ref),
+                lambda: self.deployment(ref),
+                lambda: self.pods(ref),
+                lambda: self.patch_state(ref),
+                lambda: self.pvc(ref.namespace, wiring.pvc_name),
+            ]
+        )
 
     @staticmethod
     def _patch_applied(deployment: dict[str, Any]) -> bool:
