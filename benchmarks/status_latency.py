@@ -4,17 +4,27 @@ pass/fail test).
 
 Targets (issue 7): a full ``hpkv status`` within 1 s, and at least 5 times faster than the same
 reads made one after another. Starts the test harness (the AWS emulator and a real
-kube-apiserver behind the latency proxy; see tests/harness), seeds a HyperPod cluster with Tiered
-Storage on N nodes, then measures:
+kube-apiserver behind the latency proxy; see tests/harness), installs every stage with hpkv itself
+(tests/harness/stack.py: Tiered Storage on two GPU nodes, ``hpkv operator apply``, ``hpkv curvine
+apply``, ``hpkv l2 apply`` and a wired two-replica endpoint; latency off while installing), then
+adds the latency to every AWS call, every Kubernetes request and every in-cluster answer (the
+Curvine master, pod exec probes) and measures, in a child process (the harness's servers, which
+the AWS emulator's request handling makes busy, keep their own interpreter lock, as AWS and the API
+server would):
 
-* ``hpkv status --cluster demo -o json`` through the CLI, in process, each run with fresh clients
-  (as a new invocation would have; imports are warm after the first run);
+* ``hpkv status --cluster demo -o json`` through the CLI, each run with fresh clients (as a new
+  invocation would have; imports are warm after the first run), and as a new process each time
+  (imports included);
 * the same collection with 16 workers and with 1 worker (every check, and every read inside a
   check, one after another), with the number of AWS and Kubernetes requests each made.
 
 Run from the repository root:
 
-    .venv/bin/python benchmarks/status_latency.py [--runs 5] [--latency 0.05] [--nodes 4]
+    HPKV_SHARED_DIR=/path/to/shared .venv/bin/python benchmarks/status_latency.py \
+        [--runs 5] [--latency 0.05]
+
+It also prints the requests of one run and the slowest checks of a concurrent run: the longest
+chains of calls that depend on each other (each a latency), which bound its wall time from below.
 """
 
 from __future__ import annotations
@@ -34,39 +44,134 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds added per call")
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument(
+        "--profile", action="store_true", help="print where one sequential run spends CPU time"
+    )
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child process's part
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print when each check and each shared read of one concurrent run started and ended",
+    )
     options = parser.parse_args()
+    if options.measure:
+        measure(options.measure, options.runs)
+        return
+
+    import pytest
 
     from tests.harness.aws import AwsEmulator
+    from tests.harness.curvine import ChartRepo
     from tests.harness.kube import KubeHarness
     from tests.harness.kube_proxy import KubeProxy
     from tests.harness.scenario import Scenario
+    from tests.harness.stack import Stack
 
+    shared = Path(
+        os.environ.get("HPKV_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared"
+    )
+    if not (shared / "upstream").is_dir():
+        raise SystemExit(f"{shared}/upstream not found: set HPKV_SHARED_DIR to the shared/ folder")
     workdir = Path(tempfile.mkdtemp(prefix="hpkv-bench-"))
     aws = AwsEmulator().start()
+    aws.reset()  # seeds what every account has (AWS managed policies)
     kube = KubeHarness.start()
     proxy = KubeProxy(kube).start()
+    repo = ChartRepo.build(workdir / "charts").start()
+    env = pytest.MonkeyPatch()
+    stack = None
     try:
-        os.environ.update(aws.env())
+        for key, value in aws.env().items():
+            env.setenv(key, value)
         kubeconfig = workdir / "kubeconfig"
-        os.environ["KUBECONFIG"] = str(kubeconfig)
-        os.environ["HOME"] = str(workdir)
-        os.environ.pop("HPKV_SHARED_DIR", None)
-        scenario = Scenario(aws=aws, kube=kube, workdir=workdir, kubeconfig=kubeconfig, proxy=proxy)
-        scenario.hyperpod(
-            tiered_storage={"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
-        )
-        scenario.nodes(options.nodes)
-        scenario.ai_toolkit()
-        aws.latency = proxy.latency = options.latency
-        report(scenario, options.runs, options.latency)
+        env.setenv("KUBECONFIG", str(kubeconfig))
+        env.setenv("HOME", str(workdir))
+        env.setenv("HPKV_POLL_INTERVAL", "0.05")
+        env.chdir(workdir)
+        kube.write_kubeconfig(kubeconfig)
+        scenario = Scenario(aws=aws, kube=kube, workdir=workdir, kubeconfig=kubeconfig)
+        stack = Stack(scenario, shared, repo, workdir, env).install()
+        stack.stop_controllers()  # the cluster is settled; their polling would skew the timings
+        # From here on hpkv reaches Kubernetes through the latency proxy (its kubeconfig and the
+        # EKS endpoint both point there).
+        scenario.proxy = proxy
+        proxy.write_kubeconfig(kubeconfig)
+        aws.extensions["eks"].seed_cluster(scenario.eks_name, endpoint=proxy.url)
+        stack.set_latency(options.latency)
+        if options.profile:
+            profile(scenario)
+        elif options.timeline:
+            import subprocess
+
+            subprocess.run([sys.executable, __file__, "--measure", "timeline"], check=True)
+        else:
+            report(scenario, options.runs, options.latency)
     finally:
+        if stack is not None:
+            stack.stop()
+        env.undo()
+        repo.stop()
         proxy.stop()
         kube.stop()
         aws.stop()
 
 
 def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import subprocess
+
+    def child(*args: str) -> dict:  # type: ignore[type-arg]
+        done = subprocess.run(
+            [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"measuring failed:\n{done.stdout}\n{done.stderr}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    aws_mark, kube_mark = scenario.aws.mark(), scenario.kube.audit_mark()
+    child("--measure", "16", "--runs", "1")
+    aws_calls = len(scenario.aws.calls_since(aws_mark))
+    kube_calls = len(scenario.kube.audit_since(kube_mark))
+    measured = child("--measure", "all", "--runs", str(runs))
+    cold = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "hpkv", "status", "--cluster", "demo", "-o", "json"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        cold.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise SystemExit(f"hpkv status failed:\n{done.stdout}\n{done.stderr}")
+    median = statistics.median
+    cli, c_times, s_times = measured["cli"], measured["concurrent"], measured["sequential"]
+    print(f"latency injected per AWS and Kubernetes call: {latency * 1000:.0f} ms")
+    print(f"requests per run: {aws_calls} AWS + {kube_calls} Kubernetes")
+    print(
+        f"hpkv status (CLI, fresh clients, warm imports): median {median(cli):.3f} s, "
+        f"min {min(cli):.3f} s, max {max(cli):.3f} s   (target <= 1 s)"
+    )
+    print(
+        f"hpkv status (a new process each time, imports included): median {median(cold):.3f} s, "
+        f"min {min(cold):.3f} s, max {max(cold):.3f} s"
+    )
+    c_time, s_time = median(c_times), median(s_times)
+    print(f"checks concurrently (16 workers): median {c_time:.3f} s, min {min(c_times):.3f} s")
+    print(f"same reads one after another (1 worker): median {s_time:.3f} s")
+    print(f"speed-up: {s_time / c_time:.1f}x   (target >= 5x)")
+    print(
+        f"sequential lower bound: {aws_calls + kube_calls} requests x {latency * 1000:.0f} ms = "
+        f"{(aws_calls + kube_calls) * latency:.2f} s, plus the in-cluster answers"
+    )
+    print("slowest checks of a concurrent run (each includes the shared reads it waited for):")
+    for stage, name, seconds in measured["slowest"]:
+        print(f"  {seconds:.3f} s  {stage} / {name}")
+
+
+def measure(which: str, runs: int) -> None:
+    """In the child process: time the collection (and the CLI) and print one JSON line."""
+    import json
+
     from tests.harness.cli import run_hpkv
 
     def cli_once() -> float:
@@ -77,47 +182,124 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
             raise SystemExit(f"hpkv status failed:\n{result}")
         return elapsed
 
+    if which == "timeline":
+        timeline()
+        return
+    if which != "all":
+        print(json.dumps({"seconds": collect(int(which))}))
+        return
     cli_once()  # warm imports
     cli = [cli_once() for _ in range(runs)]
-    concurrent = [collect(scenario, workers=16) for _ in range(runs)]
-    sequential = [collect(scenario, workers=1) for _ in range(runs)]
-    median = statistics.median
-    print(f"latency injected per AWS and Kubernetes call: {latency * 1000:.0f} ms")
-    print(
-        f"hpkv status (CLI, fresh clients): median {median(cli):.3f} s, "
-        f"min {min(cli):.3f} s, max {max(cli):.3f} s   (target <= 1 s)"
-    )
-    c_time = median(t for t, _a, _k in concurrent)
-    s_time = median(t for t, _a, _k in sequential)
-    _t, aws_calls, kube_calls = concurrent[0]
-    print(
-        f"checks concurrently (16 workers): median {c_time:.3f} s; "
-        f"{aws_calls} AWS + {kube_calls} Kubernetes requests"
-    )
-    _t, aws_seq, kube_seq = sequential[0]
-    print(
-        f"same reads one after another (1 worker): median {s_time:.3f} s; "
-        f"{aws_seq} AWS + {kube_seq} Kubernetes requests"
-    )
-    print(f"speed-up: {s_time / c_time:.1f}x   (target >= 5x)")
+    concurrent = [collect(16) for _ in range(runs)]
+    sequential = [collect(1) for _ in range(runs)]
+    result = {"cli": cli, "concurrent": concurrent, "sequential": sequential}
+    result["slowest"] = [[stage, name, seconds] for (stage, name), seconds in slowest]
+    print(json.dumps(result))
 
 
-def collect(scenario, *, workers: int) -> tuple[float, int, int]:  # type: ignore[no-untyped-def]
+def collect(workers: int) -> float:
     from hpkv.config import load_settings
     from hpkv.context import RunContext
     from hpkv.health.engine import Limits
     from hpkv.health.status import collect_status
 
     ctx = RunContext(load_settings(flags={"cluster": "demo"}))
-    aws_mark, kube_mark = scenario.aws.mark(), scenario.kube.audit_mark()
     started = time.perf_counter()
     status = collect_status(ctx, limits=Limits(workers=workers))
     elapsed = time.perf_counter() - started
     if status.exit_code != 0:
         raise SystemExit(f"status is {status.state.value}: {status.to_dict()}")
-    aws_calls = len(scenario.aws.calls_since(aws_mark))
-    kube_calls = len(scenario.kube.audit_since(kube_mark))
-    return elapsed, aws_calls, kube_calls
+    if workers > 1:
+        slowest.clear()
+        timed = {
+            (c.check.stage, c.check.name): c.seconds or 0.0
+            for s in status.sections
+            for c in s.checks
+        }
+        slowest.extend(sorted(timed.items(), key=lambda item: -item[1])[:6])
+    return elapsed
+
+
+slowest: list[tuple[tuple[str, str], float]] = []
+
+
+def timeline() -> None:
+    """Start and end (ms from the start) of every check and every shared read of one concurrent
+    run: the chains of reads that wait for each other show the critical path."""
+    from hpkv import concurrency, context
+
+    collect(16)  # warm imports
+    events: list[tuple[float, float, str]] = []
+    origin = [0.0]
+    get, work = context.ReadCache.get, concurrency.TaskRunner._work
+
+    def timed_get(cache, key, load):  # type: ignore[no-untyped-def]
+        def timed_load():  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return load()
+            finally:
+                events.append((started - origin[0], time.perf_counter() - origin[0], f"read {key}"))
+
+        return get(cache, key, timed_load)
+
+    def timed_submit(runner, key, fn, *, timeout=None):  # type: ignore[no-untyped-def]
+        def timed():  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return fn()
+            finally:
+                events.append(
+                    (started - origin[0], time.perf_counter() - origin[0], f"check {key}")
+                )
+
+        return submit(runner, key, timed, timeout=timeout)
+
+    submit = concurrency.TaskRunner.submit
+    context.ReadCache.get = timed_get  # type: ignore[method-assign]
+    concurrency.TaskRunner.submit = timed_submit  # type: ignore[method-assign]
+    try:
+        origin[0] = time.perf_counter()
+        elapsed = collect(16)
+    finally:
+        context.ReadCache.get = get  # type: ignore[method-assign]
+        concurrency.TaskRunner.submit = submit  # type: ignore[method-assign]
+    del work
+    print(f"one concurrent run: {elapsed:.3f} s", file=sys.__stdout__)
+    for start, end, what in sorted(events):
+        print(f"{start * 1000:7.0f} {end * 1000:7.0f} ms  {what}", file=sys.__stdout__)
+
+
+def profile(scenario) -> None:  # type: ignore[no-untyped-def]
+    """cProfile of one sequential run, inside the worker thread that runs every check."""
+    import cProfile
+    import pstats
+
+    from hpkv import concurrency
+
+    collect(1)  # warm imports and caches
+    profilers: list[cProfile.Profile] = []
+    work = concurrency.TaskRunner._work
+
+    def profiled(runner):  # type: ignore[no-untyped-def]
+        profiler = cProfile.Profile()
+        profilers.append(profiler)
+        profiler.enable()
+        try:
+            work(runner)
+        finally:
+            profiler.disable()
+
+    concurrency.TaskRunner._work = profiled  # type: ignore[method-assign]
+    try:
+        collect(1)
+    finally:
+        concurrency.TaskRunner._work = work  # type: ignore[method-assign]
+    stats = pstats.Stats(profilers[0], stream=sys.__stdout__)
+    for more in profilers[1:]:
+        stats.add(more)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(60)
 
 
 if __name__ == "__main__":

@@ -53,8 +53,8 @@ _hpkv_completion() {
         --trace) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --output) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
         -o) COMPREPLY=($(compgen -W "table json yaml" -- "$cur")); return 0 ;;
-        --from) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2" -- "$cur")); return 0 ;;
-        --through) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2" -- "$cur")); return 0 ;;
+        --from) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2 bench" -- "$cur")); return 0 ;;
+        --through) COMPREPLY=($(compgen -W "tiered-storage operator curvine l2 bench" -- "$cur")); return 0 ;;
         --routing-strategy) COMPREPLY=($(compgen -W "prefixaware kvaware session roundrobin" -- "$cur")); return 0 ;;
     esac
     local words
@@ -66,7 +66,7 @@ _hpkv_completion() {
         "bench run") words="--answer-tokens --api --clients --cluster --concurrency --config --context --debug --driver --dry-run --endpoint --first-turn-tokens --from-here --help --image --keep-job --kubeconfig --lengths --max-tokens --model --namespace --no-wait --output --output-tokens --pod-a --pod-b --pod-url --port --prefix-tokens --prefixes --profile --rate --region --repetitions --request-timeout --requests --results-dir --scenario --seed --sessions --settle-timeout --suffix-tokens --system-tokens --timeout --tokenizer --turn-tokens --turns --url --users --verbose --version --via --wait --yes -h -n -o -s -v -y" ;;
         "curvine") words="apply remove status --cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine apply") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --reformat --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
-        "curvine remove") words="--cluster --config --context --debug --delete-data --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
+        "curvine remove") words="--cluster --config --context --debug --delete-data --delete-volumes --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "curvine status") words="--cluster --config --context --debug --dry-run --help --kubeconfig --no-wait --output --profile --region --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "diagnose") words="--bundle --check-timeout --cluster --config --context --deadline --debug --dry-run --ebs-csi-role --help --iam --kubeconfig --list --log-lines --max-size --no-wait --output --profile --region --stage --timeout --verbose --version --wait --yes -h -o -v -y" ;;
         "down") words="--cluster --config --context --debug --delete-data --delete-iam --delete-volumes --dry-run --from --help --kubeconfig --no-wait --output --profile --region --through --timeout --verbose --version --wait --yes -h -o -v -y" ;;

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_WORKERS = 16
+DEFAULT_WORKERS = 32  # most tasks wait on the network; threads are cheap
 _fan_out_width: contextvars.ContextVar[int] = contextvars.ContextVar(
     "hpkv_fan_out_width", default=8
 )

@@ -163,9 +163,15 @@ class RunContext:
 
     @cached_property
     def kube(self) -> KubeClients:
+        from hpkv import reads
         from hpkv.kube import KubeClients
 
-        return KubeClients(self.settings, aws=lambda: self.aws, reporter=self.reporter)
+        return KubeClients(
+            self.settings,
+            aws=lambda: self.aws,
+            reporter=self.reporter,
+            clusters=lambda: (reads.hyperpod_cluster(self), reads.eks_cluster(self)),
+        )
 
     @cached_property
     def helm(self) -> HelmClient:

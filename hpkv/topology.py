@@ -4,6 +4,7 @@ endpoint's pods find the L2. Stages read overrides from hpkv.yaml where a key ex
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,11 @@ L2_MOUNT_PATH = "/mnt/curvine/l2cache"
 L2_VOLUME_NAME = "curvine-cache"
 
 
+# The routing service listens on 443 but speaks plain HTTP: https:// to it fails with
+# "SSL: WRONG_VERSION_NUMBER".
+ROUTING_HTTPS = re.compile(r"https://[^\s\"',;]*routing-service[^\s\"',;]*", re.IGNORECASE)
+
+
 def routing_service(name: str) -> str:
     return f"{name}{ROUTING_SERVICE_SUFFIX}"
 
@@ -69,16 +75,27 @@ def endpoint_api_served(kube: KubeClients) -> bool:
 
 
 def list_endpoints(kube: KubeClients, namespace: str | None = None) -> list[EndpointRef]:
-    """InferenceEndpointConfigs in the cluster (all namespaces by default); [] if the CRD is absent."""
-    from hpkv.errors import NotFound
-    from hpkv.kube import kube_errors
+    """InferenceEndpointConfigs in the cluster (all namespaces by default); [] if the CRD is absent.
 
-    try:
-        resource = kube.resource(INFERENCE_API_VERSION, ENDPOINT_KIND)
-    except NotFound:
-        return []
+    One list request (no API discovery): the API answers 404 when the CRD is not served.
+    """
+    from hpkv.kube import is_status, kube_errors
+
     with kube_errors("list InferenceEndpointConfigs"):
-        items: list[Any] = (
-            resource.get(namespace=namespace).items if namespace else resource.get().items
-        )
-    return sorted(EndpointRef(i.metadata.namespace, i.metadata.name) for i in items)
+        try:
+            if namespace:
+                listed: Any = kube.custom.list_namespaced_custom_object(
+                    INFERENCE_GROUP, INFERENCE_VERSION, namespace, ENDPOINT_PLURAL
+                )
+            else:
+                listed = kube.custom.list_cluster_custom_object(
+                    INFERENCE_GROUP, INFERENCE_VERSION, ENDPOINT_PLURAL
+                )
+        except Exception as exc:
+            if is_status(exc, 404):
+                return []
+            raise
+    return sorted(
+        EndpointRef(i["metadata"]["namespace"], i["metadata"]["name"])
+        for i in listed.get("items", [])
+    )

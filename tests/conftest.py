@@ -178,3 +178,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("hpkv resilience")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def stack(
+    scenario: Scenario,
+    shared_dir: Path,
+    curvine_chart_repo: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[object]:
+    """Every stage installable by hpkv with its controllers played (tests/harness/stack.py):
+    ``stack.install()`` runs the applies; ``install(["operator"])`` only some."""
+    from tests.harness.stack import Stack
+
+    built = Stack(scenario, shared_dir, curvine_chart_repo, tmp_path, monkeypatch)
+    yield built
+    built.stop()

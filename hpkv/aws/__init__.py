@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
+import re
 import threading
 from collections.abc import Iterator
 from functools import cached_property
@@ -92,29 +94,16 @@ class AwsClients:
 
     @cached_property
     def region(self) -> str:
+        # Not checked against botocore's region list here: loading its endpoint data costs
+        # 50-130 ms on every run. A mistyped region shows up as an endpoint connection error,
+        # and translate_errors names the closest known region then (region_hint).
         region = self.session.region_name
         if not region:
             raise UsageError(
                 "no AWS region configured",
                 fix="pass --region (e.g. us-west-2), set 'region:' in hpkv.yaml or export AWS_REGION",
             )
-        self._check_region(region)
         return region
-
-    def _check_region(self, region: str) -> None:
-        known: set[str] = set()
-        for partition in self.session.get_available_partitions():
-            known.update(self.session.get_available_regions("sagemaker", partition))
-        if not known or region in known:
-            return
-        close = difflib.get_close_matches(region, sorted(known), n=1, cutoff=0.75)
-        if close:
-            raise UsageError(
-                f"unknown AWS region '{region}'",
-                fix=f"did you mean --region {close[0]}?",
-            )
-        if self.reporter is not None:
-            self.reporter.warn(f"region '{region}' is not in botocore's region list; trying it")
 
     def _config(self) -> Any:
         from botocore.config import Config
@@ -123,6 +112,8 @@ class AwsClients:
             retries=self._retries(),
             connect_timeout=10,
             read_timeout=_env_seconds(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT),
+            # hpkv status reads side by side: keep a connection per concurrent request
+            max_pool_connections=64,
             user_agent_extra=f"hpkv/{__version__}",
         )
 
@@ -239,9 +230,10 @@ def translate_errors(action: str) -> Iterator[None]:
             fix="pass an existing --profile (see 'aws configure list-profiles')",
         ) from None
     except (bex.EndpointConnectionError, bex.ConnectTimeoutError) as exc:
+        hint = region_hint(str(getattr(exc, "kwargs", {}).get("endpoint_url") or ""))
         raise ConnectionFailed(
             f"cannot reach the AWS endpoint for {action}: {exc}",
-            fix="check network access, proxy settings and --region",
+            fix=hint or "check network access, proxy settings and --region",
         ) from None
     except bex.ReadTimeoutError:
         raise ConnectionFailed(
@@ -254,6 +246,37 @@ def translate_errors(action: str) -> Iterator[None]:
         ) from None
     except bex.ClientError as exc:
         raise _client_error(exc, action) from None
+
+
+_AWS_HOST = re.compile(r"^[a-z0-9-]+\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+
+
+def region_hint(endpoint_url: str) -> str | None:
+    """'unknown region X, did you mean Y?' for an AWS endpoint URL whose region botocore does not
+    know (read from its endpoint data only here, on a failed connection); None otherwise."""
+    import urllib.parse
+
+    match = _AWS_HOST.match(urllib.parse.urlsplit(endpoint_url).hostname or "")
+    if match is None:
+        return None
+    region = match.group(1)
+    known = _known_regions()
+    if not known or region in known:
+        return None
+    close = difflib.get_close_matches(region, sorted(known), n=1, cutoff=0.75)
+    suggestion = f"did you mean --region {close[0]}?" if close else "pass a valid --region"
+    return f"'{region}' is not a known AWS region: {suggestion}"
+
+
+@functools.cache
+def _known_regions() -> frozenset[str]:
+    import botocore.session
+
+    session = botocore.session.get_session()
+    known: set[str] = set()
+    for partition in session.get_available_partitions():
+        known.update(session.get_available_regions("sagemaker", partition))
+    return frozenset(known)
 
 
 def _client_error(exc: BaseException, action: str) -> HpkvError:

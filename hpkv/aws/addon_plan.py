@@ -21,12 +21,28 @@ from typing import TYPE_CHECKING, Any
 from hpkv.aws import eks, iam
 from hpkv.context import poll_interval
 from hpkv.errors import PreconditionFailed
-from hpkv.stages.base import Action, Verb
+from hpkv.stages.base import Action, Detector, Finding, IamNeed, Severity, Verb
 
 if TYPE_CHECKING:
     from hpkv.context import RunContext
 
 REPAIRABLE = ("DEGRADED", "UPDATE_FAILED")
+_EKS_CLUSTER = "{eks_cluster_arn}"
+_ADDONS = "arn:{partition}:eks:{region}:{account}:addon/{eks_cluster}/*/*"
+
+
+def iam_needs(why: str) -> list[IamNeed]:
+    """What planning and applying an add-on calls (this module and hpkv.aws.eks), for a stage's
+    ``IAM_ACTIONS``."""
+    return [
+        IamNeed("eks:DescribeAddon", _ADDONS, why),
+        IamNeed("eks:DescribeAddonVersions", "*", f"{why}: choose the version as eksctl does"),
+        IamNeed("eks:CreateAddon", _EKS_CLUSTER, why),
+        IamNeed("eks:TagResource", _ADDONS, "tag the add-ons hpkv creates (hpkv:managed-by)"),
+        IamNeed("eks:UpdateAddon", _ADDONS, why),
+        IamNeed("eks:DescribeUpdate", _EKS_CLUSTER, "wait for an add-on update"),
+        IamNeed("eks:DeleteAddon", _ADDONS, "re-create a CREATE_FAILED add-on (--preserve)"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -255,3 +271,21 @@ def wait_for(
             if remedy is None:
                 raise
             raise eks.AddonWaitFailed(exc.addon, fix=remedy(exc.issues)) from None
+
+
+def failed_addon_finding(
+    detector: Detector, cluster: str, addon: dict[str, Any], remedy: Callable[[list[str]], str]
+) -> Finding:
+    """A failed or degraded add-on (``eks.FAILED``) with its health issues and the fix they point
+    to, for ``hpkv diagnose``."""
+    name, status = addon.get("addonName", "?"), addon.get("status")
+    return detector.finding(
+        Severity.CRITICAL,
+        f"add-on {name} is {status} at {addon.get('addonVersion', '?')}: "
+        f"{eks.health_summary(addon)}",
+        remedy(eks.health_issues(addon))
+        + f"; inspect with 'aws eks describe-addon --cluster-name {cluster} --addon-name {name} "
+        "--query addon.health'",
+        [f"eks addon/{name}"],
+        title=f"add-on {name} is {status}",
+    )

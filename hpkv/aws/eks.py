@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 # Add-on states in which EKS refuses to start another change.
 BUSY = ("CREATING", "UPDATING", "DELETING")
+# Add-on states that need a fix.
+FAILED = ("CREATE_FAILED", "DEGRADED", "UPDATE_FAILED", "DELETE_FAILED")
 # What an add-on version setting may say: default | latest | vX.Y.Z[-eksbuild.N].
 VERSION_POLICY_PATTERN = r"^(default|latest|v?\d+\.\d+\.\d+(-eksbuild\.\d+)?)$"
 

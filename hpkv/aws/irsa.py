@@ -16,10 +16,40 @@ from typing import TYPE_CHECKING, Any
 
 from hpkv.aws import iam
 from hpkv.errors import PreconditionFailed
-from hpkv.stages.base import Action, Verb
+from hpkv.stages.base import Action, Detector, Finding, IamNeed, Severity, Verb
 
 if TYPE_CHECKING:
     from hpkv.aws import AwsClients
+
+
+_ROLES = "arn:{partition}:iam::{account}:role/*"
+_OIDC_PROVIDERS = "arn:{partition}:iam::{account}:oidc-provider/*"
+_POLICIES = "arn:{partition}:iam::*:policy/*"
+
+
+def iam_needs(why: str) -> list[IamNeed]:
+    """What planning and applying IRSA calls (this module and hpkv.aws.iam), for a stage's
+    ``IAM_ACTIONS``."""
+    return [
+        IamNeed("iam:GetOpenIDConnectProvider", _OIDC_PROVIDERS, "the EKS OIDC provider (IRSA)"),
+        IamNeed("iam:CreateOpenIDConnectProvider", _OIDC_PROVIDERS, "register the EKS issuer"),
+        IamNeed("iam:TagOpenIDConnectProvider", _OIDC_PROVIDERS, "tag it on creation"),
+        *(
+            IamNeed(f"iam:{action}", _ROLES, why)
+            for action in (
+                "GetRole",
+                "CreateRole",
+                "TagRole",
+                "UpdateAssumeRolePolicy",
+                "ListAttachedRolePolicies",
+                "AttachRolePolicy",
+                "GetRolePolicy",
+                "PutRolePolicy",
+            )
+        ),
+        IamNeed("iam:PassRole", _ROLES, "give an add-on its IRSA role"),
+        IamNeed("iam:GetPolicy", _POLICIES, "check a managed policy exists before attaching it"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -130,6 +160,21 @@ def trust_drift(
     )
     summary = "; ".join(_describe_statement(s) for s in missing)
     return TrustDrift(summary=f"lacks {summary}", diff=diff, fixed=fixed)
+
+
+def trust_drift_finding(
+    detector: Detector, role: str, title: str, drift: TrustDrift, fix: str
+) -> Finding:
+    """A role whose trust policy lacks what its service account needs, for ``hpkv diagnose``."""
+    diff = " ".join(line for line in drift.diff.splitlines() if line[:1] in "+-")[:600]
+    return detector.finding(
+        Severity.WARNING,
+        f"role {role} ({title}): the trust policy {drift.summary}, so the pods using it cannot "
+        f"assume it (AccessDenied on sts:AssumeRoleWithWebIdentity); difference: {diff}",
+        fix,
+        [f"iam role/{role}"],
+        title=f"trust policy drift on role {role}",
+    )
 
 
 def _describe_statement(statement: dict[str, Any]) -> str:

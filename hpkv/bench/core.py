@@ -117,6 +117,8 @@ def validate_options(options: BenchOptions) -> None:
             "--url and --pod-url are for --from-here runs",
             fix="add --from-here, or drop them to run inside the cluster",
         )
+    for url in [options.url or "", *options.pod_urls]:
+        check_not_https_routing(url)
     if options.clients < 1:
         raise UsageError("--clients must be at least 1", fix="pass --clients 1 or more")
     if options.from_here and options.clients > 1:
@@ -542,6 +544,21 @@ def write_outputs(result: dict[str, Any], directory: Path) -> dict[str, str]:
     for kind, path in chart_files.items():
         files[f"chart:{kind}"] = str(path)
     return files
+
+
+def check_not_https_routing(url: str) -> None:
+    """Refuse https:// to the routing service: it speaks plain HTTP on 443 (every request would
+    fail with 'SSL: WRONG_VERSION_NUMBER')."""
+    from hpkv.topology import ROUTING_HTTPS
+
+    match = ROUTING_HTTPS.search(url)
+    if match:
+        fixed = "http://" + match.group(0)[len("https://") :]
+        raise UsageError(
+            f"{url} calls the routing service with https://, but it speaks plain HTTP on port "
+            "443 (requests fail with 'SSL: WRONG_VERSION_NUMBER')",
+            fix=f"use {fixed}",
+        )
 
 
 def _named_url(value: str) -> dict[str, str]:

@@ -6,11 +6,13 @@ parts survive the size cap:
 * ``summary.json``: the diagnose document (findings, detectors, IAM preflight if run);
 * ``hpkv.yaml``: the resolved configuration, redacted;
 * ``aws/``: DescribeCluster (SageMaker, EKS), the EKS add-ons, trust policies of the IAM roles in
-  play (instance-group execution roles, IRSA roles named by ServiceAccounts and add-ons);
+  play (instance-group execution roles, the roles stages create or use (``Stage.iam_roles()``),
+  IRSA roles named by ServiceAccounts, add-ons and the operator add-on's configuration);
 * ``kubernetes/cluster/``: nodes, StorageClasses, CSIDrivers, PersistentVolumes, CRD names;
 * ``kubernetes/<namespace>/``: the workloads, services, config, claims and events of every
   namespace hpkv inspects; Secrets by name and type only;
-* ``curvine/api-overview.json``: the Curvine master's ``/api/overview``;
+* ``curvine/api-overview.json``, ``curvine/api-workers.json``: the Active Curvine master's
+  ``/api/overview`` and ``/api/workers`` (read as stage 3's status reads them);
 * ``logs/<namespace>/<pod>/<container>[.previous].log``: log tails;
 * ``manifest.json``: what is in the archive, what the cap left out and what could not be read.
 
@@ -22,10 +24,12 @@ temporary file and renamed, so an interrupted run leaves no partial bundle.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
 import time
@@ -61,8 +65,7 @@ APPS_KINDS: list[tuple[str, str]] = [
     ("statefulsets", "list_namespaced_stateful_set"),
     ("replicasets", "list_namespaced_replica_set"),
 ]
-CURVINE_MASTER_SERVICE = "curvine-master"
-CURVINE_WEB_PORT = 9000
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
 
 
 @dataclass
@@ -244,7 +247,8 @@ class _Collector:
         self.ctx = ctx
         self.log_lines = log_lines
         self.namespaces = _bundle_namespaces(ctx)
-        self.role_arns: dict[str, str] = {}  # role ARN -> where it was found
+        self.role_arns: dict[str, str] = {}  # role ARN or name -> where it was found
+        self.errors: list[tuple[str, BaseException]] = []
 
     # --- redaction ---------------------------------------------------------------------------
     def redactor(self) -> Redactor:
@@ -300,6 +304,7 @@ class _Collector:
         ]
         for namespace in self.namespaces:
             steps.append((f"objects in {namespace}", lambda ns=namespace: self._namespace(a, ns)))
+        steps.append(("roles of the stages", self._stage_roles))
         steps.append(("IAM role trust policies", lambda: self._roles(a)))
         steps.append(("Curvine /api/overview", lambda: self._curvine(a)))
         for namespace in self.namespaces:
@@ -343,8 +348,8 @@ class _Collector:
             with translate_errors(f"eks:DescribeAddon {addon}"):
                 described = eks.describe_addon(clusterName=name, addonName=addon)["addon"]
             addons.append(described)
-            if described.get("serviceAccountRoleArn"):
-                self.role_arns.setdefault(described["serviceAccountRoleArn"], f"add-on {addon}")
+            for arn in _role_arns(described):
+                self.role_arns.setdefault(arn, f"add-on {addon}")
         a.add_json("aws/eks-addons.json", {"addons": addons})
 
     def _cluster_objects(self, a: _Archive) -> None:
@@ -399,16 +404,32 @@ class _Collector:
         for name, objects in _endpoint_objects(self.ctx, namespace).items():
             a.add_yaml(f"kubernetes/{namespace}/{name}.yaml", objects)
 
+    def _stage_roles(self) -> None:
+        from hpkv.health.sections import sections
+
+        for stage in sections(self.ctx):
+            try:
+                roles = stage.iam_roles()
+            except HpkvError as exc:
+                self.errors.append((f"IAM roles of {stage.name}", exc))
+                continue
+            for role in roles:
+                self.role_arns.setdefault(role, f"stage {stage.name}")
+
     def _roles(self, a: _Archive) -> None:
         from hpkv.aws import translate_errors
 
+        for error in self.errors:
+            a.error(*error)
+        by_name: dict[str, str] = {}
         for arn, where in sorted(self.role_arns.items()):
-            name = arn.rsplit("/", 1)[-1]
+            by_name.setdefault(arn.rsplit("/", 1)[-1], where)
+        for name, where in sorted(by_name.items()):
             try:
                 with translate_errors(f"iam:GetRole {name}"):
                     role = self.ctx.aws.iam.get_role(RoleName=name)["Role"]
             except HpkvError as exc:
-                a.error(f"IAM role {arn}", exc)
+                a.error(f"IAM role {name} ({where})", exc)
                 continue
             a.add_json(
                 f"aws/iam-roles/{name}.json",
@@ -421,22 +442,17 @@ class _Collector:
             )
 
     def _curvine(self, a: _Archive) -> None:
-        from hpkv import topology
-        from hpkv.kube.incluster import InClusterHttp
+        from hpkv.stages.curvine import CurvineStage
 
-        namespace = str(
-            self.ctx.settings.section("curvine").get("namespace") or topology.CURVINE_NAMESPACE
-        )
-        names = {(s.metadata.namespace, s.metadata.name) for s in reads.services(self.ctx)}
-        if (namespace, CURVINE_MASTER_SERVICE) not in names:
+        stage = CurvineStage(self.ctx)
+        if not stage.installed():
             return
-        response = InClusterHttp(self.ctx.kube).get(
-            namespace, "services", CURVINE_MASTER_SERVICE, CURVINE_WEB_PORT, "/api/overview"
-        )
-        a.add(
-            "curvine/api-overview.json",
-            response.text if response.status == 200 else f"HTTP {response.status}\n{response.text}",
-        )
+        values = stage.live_values()
+        for path in ("api/overview", "api/workers"):
+            where, data = (
+                stage.overview(values) if path == "api/overview" else stage.master_api(path, values)
+            )
+            a.add_json(f"curvine/{path.replace('/', '-')}.json", {"from": where, **data})
 
     def _logs(self, a: _Archive, namespace: str) -> None:
         from hpkv.concurrency import fan_out
@@ -470,6 +486,28 @@ class _Collector:
                 a.error(name, error)
             elif text:
                 a.add(name, text)
+
+
+def _role_arns(addon: dict[str, Any]) -> list[str]:
+    """Role ARNs an add-on uses: its IRSA role and any in its configuration (the operator add-on
+    names its execution, ALB and KEDA roles there)."""
+    found = [addon["serviceAccountRoleArn"]] if addon.get("serviceAccountRoleArn") else []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and ROLE_ARN.match(value):
+            found.append(value)
+
+    text = addon.get("configurationValues")
+    if text:
+        with contextlib.suppress(ValueError):
+            walk(json.loads(text))
+    return found
 
 
 def _in_scope(namespace: str, obj: Any) -> bool:

@@ -19,6 +19,7 @@ from hpkv.concurrency import fan_out
 from hpkv.health.redact import redact_text
 from hpkv.kube import inspect
 from hpkv.stages.base import Detector, Finding, Severity
+from hpkv.topology import ROUTING_HTTPS
 
 if TYPE_CHECKING:
     from hpkv.context import RunContext
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 PENDING_GRACE = datetime.timedelta(minutes=5)
 LOG_SCAN_LINES = 2000
 DEFAULT_ARCH = "amd64"
-KNOWN_GOOD_KERNEL_MAJOR = 5  # Curvine documents 3.10..5.15; FUSE is reported broken on 6.x
-ROUTING_HTTPS = re.compile(r"https://[^\s\"',;]*routing-service[^\s\"',;]*", re.I)
 DEGRADED = re.compile(r"degraded mode", re.I)
 
 
@@ -43,8 +42,6 @@ def generic_detectors(ctx: RunContext) -> list[Detector]:
          "lacks", "kubernetes", _wrong_architecture),
         ("pods.image-pull-backoff", "Images that cannot be pulled", "kubernetes", _image_pull),
         ("pvc.pending", "PersistentVolumeClaims stuck Pending", "kubernetes", _pvc_pending),
-        ("curvine.fuse-kernel-6x", "HyperPod nodes run Linux 6.x, where Curvine FUSE is "
-         "untested", "curvine", _fuse_kernel),
         ("lmcache.degraded-mode", "LMCache fell back to degraded mode (recompute)", "lmcache",
          _degraded_mode),
         ("lmcache.cachegen-with-fs-connector", "LMCACHE_REMOTE_SERDE=cachegen with the fs "
@@ -294,12 +291,22 @@ def _pvc_pending(ctx: RunContext, detector: Detector) -> list[Finding]:
         if not reasons:
             continue
         key = f"{pvc.metadata.namespace}/{pvc.metadata.name}"
+        sc = classes.get(pvc.spec.storage_class_name or "")
+        curvine = sc is not None and sc.provisioner == "curvine"
         findings.append(
             detector.finding(
                 Severity.CRITICAL,
                 f"PersistentVolumeClaim {key} is Pending: " + "; ".join(reasons),
-                "fix the StorageClass (name, provisioner and its parameters) or start its "
-                f"provisioner; kubectl -n {pvc.metadata.namespace} describe pvc "
+                (
+                    "master-addrs must name every master pod's RPC port through the headless "
+                    "Service (curvine-master-0.curvine-master.<ns>.svc.cluster.local:8995); "
+                    "StorageClass parameters are immutable: 'hpkv curvine apply' re-creates "
+                    "the class from hpkv.yaml, then delete and re-create the claim; "
+                    if curvine
+                    else "fix the StorageClass (name, provisioner and its parameters) or start "
+                    "its provisioner; "
+                )
+                + f"kubectl -n {pvc.metadata.namespace} describe pvc "
                 f"{pvc.metadata.name} shows the provisioner's events",
                 [f"PersistentVolumeClaim/{key}"],
                 title=f"PVC {key} stuck Pending",
@@ -345,8 +352,11 @@ def pending_reasons(
 
 
 def storage_class_problems(ctx: RunContext, sc: Any) -> list[str]:
-    """Known mistakes in a StorageClass; today Curvine's ``master-addrs``."""
-    if sc.provisioner != "curvine":
+    """Known mistakes in a StorageClass; today Curvine's ``master-addrs`` (with stage 3's
+    knowledge of what it must name: the master pods' RPC port through the headless Service)."""
+    from hpkv.stages.curvine.values import CURVINE_PROVISIONER
+
+    if sc.provisioner != CURVINE_PROVISIONER:
         return []
     params = sc.parameters or {}
     addrs = params.get("master-addrs")
@@ -363,7 +373,53 @@ def storage_class_problems(ctx: RunContext, sc: Any) -> list[str]:
             f"StorageClass '{sc.metadata.name}' master-addrs {', '.join(bad)} name(s) no "
             "existing Service"
         ]
-    return []
+    managed = (sc.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "hpkv"
+    return _curvine_master_problems(ctx, managed, [a.strip() for a in addrs.split(",")])
+
+
+def _curvine_master_problems(ctx: RunContext, hpkv_class: bool, addrs: list[str]) -> list[str]:
+    from hpkv.config import deep_merge
+    from hpkv.stages.curvine.values import (
+        CONFIG_DEFAULTS,
+        MASTER_RPC_PORT,
+        MASTER_WEB_PORT,
+        dig,
+        master_addrs,
+    )
+
+    cfg = deep_merge(CONFIG_DEFAULTS, ctx.settings.section("curvine"))
+    rpc = int(dig(cfg, "extraValues", "master", "rpcPort", default=MASTER_RPC_PORT))
+    problems = []
+    pods = {(p.metadata.namespace, p.metadata.name): p for p in reads.pods(ctx)}
+    for addr in addrs:
+        host, _, port = addr.partition(":")
+        if port and port != str(rpc):
+            web = " (that is its web port)" if port == str(MASTER_WEB_PORT) else ""
+            problems.append(
+                f"master-addrs {addr}: port {port} is not the master's RPC port {rpc}{web}"
+            )
+        labels = host.split(".")
+        if "svc" in labels and labels.index("svc") == 3:  # <pod>.<service>.<namespace>.svc...
+            pod = pods.get((labels[2], labels[0]))
+            if pod is None:
+                problems.append(
+                    f"master-addrs {addr}: master pod {labels[2]}/{labels[0]} does not exist"
+                )
+            elif not inspect.pod_ready(pod):
+                problems.append(
+                    f"master-addrs {addr}: master pod {labels[2]}/{labels[0]} is not Ready"
+                )
+    if hpkv_class:  # made by 'hpkv curvine apply': compare with what hpkv.yaml asks for now
+        expected = master_addrs(
+            cfg["release"],
+            cfg["namespace"],
+            cfg["masterReplicas"],
+            domain=cfg["clusterDomain"],
+            port=rpc,
+        )
+        if ",".join(addrs) != expected:
+            problems.append(f"hpkv.yaml's curvine section expects master-addrs {expected}")
+    return problems
 
 
 def _service_of(address: str) -> tuple[str, str] | None:
@@ -392,32 +448,6 @@ def _has_consumer(ctx: RunContext, pvc: Any) -> bool:
             if claim is not None and claim.claim_name == pvc.metadata.name:
                 return True
     return False
-
-
-def _fuse_kernel(ctx: RunContext, detector: Detector) -> list[Finding]:
-    from hpkv.stages.tiered_storage import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
-
-    newer = [
-        (n.metadata.name, inspect.kernel_version(n))
-        for n in reads.nodes(ctx)
-        if (n.metadata.labels or {}).get(HYPERPOD_NODE_LABEL) == HYPERPOD_NODE_VALUE
-        and (inspect.kernel_major(inspect.kernel_version(n)) or 0) > KNOWN_GOOD_KERNEL_MAJOR
-    ]
-    if not newer:
-        return []
-    shown = ", ".join(f"{name} ({kernel})" for name, kernel in newer[:10])
-    more = f" and {len(newer) - 10} more" if len(newer) > 10 else ""
-    return [
-        detector.finding(
-            Severity.WARNING,
-            f"{len(newer)} HyperPod node(s) run a 6.x kernel: {shown}{more}. Curvine documents "
-            "kernels 3.10 to 5.15 and its FUSE client is reported incompatible with 6.x "
-            "(CurvineIO/curvine#35, #252: I/O errors on the mount)",
-            "test the L2 mount under load before relying on it (cp and vi on the mount, "
-            "'hpkv bench'); prefer an AMI with a 5.x kernel for nodes serving the L2",
-            [f"Node/{name}" for name, _k in newer],
-        )
-    ]
 
 
 # --- LMCache -------------------------------------------------------------------------------------

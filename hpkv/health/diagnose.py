@@ -40,6 +40,7 @@ class DetectorRun:
     error: str = ""
     findings: int = 0
     seconds: float | None = None
+    superseded: int = 0  # findings left out: a more specific detector reported the same objects
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class DetectorRun:
             "result": self.result,
             "error": self.error,
             "findings": self.findings,
+            "superseded": self.superseded,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
         }
 
@@ -119,15 +121,37 @@ def run_detectors(
     runs, seconds = run_sections(ctx, chosen, items, limits)
     report.seconds += seconds
     report.ran_detectors = True
+    found: list[Finding] = []
     for run in runs:
         for item in run.items:
             detector_run = _detector_run(run, item, by_name[(run.stage.name, item.name)], limits)
             report.detectors.append(detector_run)
             outcome = run.outcomes.get(item.name)
             if detector_run.result == "ran" and outcome is not None:
-                report.findings.extend(outcome.value)
+                found.extend(outcome.value)
+    report.findings.extend(_without_superseded(found, report.detectors))
     report.findings.sort(key=lambda f: (f.severity.rank, f.id, f.evidence))
     return report
+
+
+def _without_superseded(findings: list[Finding], runs: list[DetectorRun]) -> list[Finding]:
+    """Drop a generic finding whose objects a refining detector's finding covers entirely."""
+    supersedes = {r.detector.id: r.detector.supersedes for r in runs if r.detector.supersedes}
+    covers: dict[str, list[set[str]]] = {}
+    for finding in findings:
+        for generic in supersedes.get(finding.id, ()):
+            covers.setdefault(generic, []).append(set(finding.objects))
+    by_id = {r.detector.id: r for r in runs}
+    kept = []
+    for finding in findings:
+        objects = set(finding.objects)
+        if objects and any(objects <= cover for cover in covers.get(finding.id, [])):
+            run = by_id[finding.id]
+            run.findings -= 1
+            run.superseded += 1
+            continue
+        kept.append(finding)
+    return kept
 
 
 def _detector_run(run: SectionRun, item: Item, detector: Detector, limits: Limits) -> DetectorRun:

@@ -8,8 +8,8 @@ volume actions. Each need names its resource as an ARN template filled in from D
 both the simulation and the suggested policy are scoped to this cluster. Wildcard actions
 (``eks:Describe*``) are simulated as every matching operation of the service.
 
-Where a stage module does not (yet) export ``IAM_ACTIONS``, ``PLANNED_STAGE_ACTIONS`` holds what
-the reference documents for it; move each list into its stage module when the stage lands.
+Each stage module exports ``IAM_ACTIONS``: what its code calls (grep its boto3 calls when changing
+it); ``tests/health/test_iam.py`` checks every botocore operation hpkv calls has a need.
 """
 
 from __future__ import annotations
@@ -48,54 +48,8 @@ DIAGNOSE_ACTIONS: list[IamNeed] = [
     IamNeed("eks:DescribeAddon", ADDONS, "add-on descriptions for the support bundle"),
 ]
 
-# From the reference (hyperpod-inference-operator.md sections 2 and 5). Move each list into its
-# stage module as IAM_ACTIONS when the stage is registered in hpkv.stages.STAGES.
-PLANNED_STAGE_ACTIONS: dict[str, list[IamNeed]] = {
-    "operator": [
-        *(
-            IamNeed(f"eks:{action}", resource, "install and track the EKS add-ons")
-            for action, resource in (
-                ("DescribeAddon", ADDONS),
-                ("CreateAddon", EKS_CLUSTER),
-                ("UpdateAddon", ADDONS),
-                ("DeleteAddon", ADDONS),
-                ("ListAddons", EKS_CLUSTER),
-                ("DescribeUpdate", EKS_CLUSTER),
-                ("DescribeAddonVersions", "*"),
-                ("DescribeAddonConfiguration", "*"),
-            )
-        ),
-        *(
-            IamNeed(f"iam:{action}", ROLES, "IRSA roles of the operator and its add-ons")
-            for action in (
-                "CreateRole",
-                "GetRole",
-                "UpdateAssumeRolePolicy",
-                "AttachRolePolicy",
-                "PutRolePolicy",
-                "PassRole",
-            )
-        ),
-        *(
-            IamNeed(f"iam:{action}", resource, "the EKS cluster's OIDC provider for IRSA")
-            for action, resource in (
-                ("CreateOpenIDConnectProvider", OIDC_PROVIDERS),
-                ("GetOpenIDConnectProvider", OIDC_PROVIDERS),
-                ("ListOpenIDConnectProviders", "*"),
-            )
-        ),
-        *(
-            IamNeed(f"s3:{action}", TLS_BUCKETS, "the operator's TLS certificate bucket")
-            for action in ("CreateBucket", "ListBucket", "GetBucketLocation", "PutBucketTagging")
-        ),
-    ],
-    "curvine": [
-        IamNeed("eks:DescribeAddon", ADDONS, "check the EBS CSI driver add-on for master storage"),
-        IamNeed("iam:GetRole", ROLES, "check the EBS CSI driver's role"),
-    ],
-    "l2": [],
-    "bench": [],
-}
+# Stage modules outside hpkv.stages.STAGES (no apply/remove) that export IAM_ACTIONS too.
+EXTRA_IAM_MODULES: list[tuple[str, str]] = [("bench", "hpkv.bench")]
 
 EBS_CSI_ROLE_ACTIONS: list[IamNeed] = [
     IamNeed(
@@ -113,14 +67,13 @@ ALLOWED = "allowed"
 
 
 def stage_actions(only: Sequence[str] | None = None) -> dict[str, list[IamNeed]]:
-    """Needs per group: common, each stage (registered or planned), diagnose."""
+    """Needs per group: common, each stage (its module's ``IAM_ACTIONS``), diagnose."""
     from hpkv.stages import STAGES
 
     groups: dict[str, list[IamNeed]] = {"common": list(COMMON_ACTIONS)}
-    for name, module, _cls in STAGES:
-        groups[name] = list(getattr(importlib.import_module(module), "IAM_ACTIONS", []))
-    for name, needs in PLANNED_STAGE_ACTIONS.items():
-        groups.setdefault(name, list(needs))
+    modules = [(name, module) for name, module, _cls in STAGES] + EXTRA_IAM_MODULES
+    for name, module in modules:
+        groups[name] = list(importlib.import_module(module).IAM_ACTIONS)
     groups["diagnose"] = list(DIAGNOSE_ACTIONS)
     if only:
         groups = {k: v for k, v in groups.items() if k in only or k == "common"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hpkv.errors import UsageError
+from hpkv.errors import HpkvError, UsageError
 
 if TYPE_CHECKING:
     from hpkv.context import RunContext
@@ -48,5 +48,8 @@ def namespaces(ctx: RunContext, stages: Sequence[Stage]) -> list[str]:
         "kube-system",
     }
     for stage in stages:
-        names.update(stage.namespaces())
+        try:
+            names.update(stage.namespaces())
+        except HpkvError:
+            continue  # a stage that cannot tell (API down) adds none; the others still count
     return sorted(names)

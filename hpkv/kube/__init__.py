@@ -68,9 +68,13 @@ class KubeClients:
         *,
         aws: Callable[[], AwsClients] | None = None,
         reporter: Reporter | None = None,
+        clusters: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]] | None = None,
     ) -> None:
+        """``clusters`` returns (SageMaker DescribeCluster, EKS DescribeCluster or None): the run
+        context passes its memoized reads, so connecting costs no extra AWS call in a health run."""
         self.settings = settings
         self._aws = aws
+        self._clusters = clusters
         self.reporter = reporter
         self.description = ""
         self.kubeconfig_path: str | None = None
@@ -215,30 +219,39 @@ class KubeClients:
             raise_on_status=False,
         )
         # status runs checks concurrently: allow as many connections as worker threads
-        configuration.connection_pool_maxsize = 32
+        configuration.connection_pool_maxsize = 64
         return client.ApiClient(configuration)
 
     def _for_hyperpod_cluster(self, path: str | None, cluster_name: str) -> Any:
-        from hpkv.aws import eks as eks_api
-        from hpkv.aws import sagemaker
-
         aws = self._aws() if self._aws else None
         assert aws is not None
-        hyperpod = sagemaker.describe_cluster(aws, cluster_name)
-        eks_name = sagemaker.eks_cluster_name(hyperpod)
-        if not eks_name:
+        hyperpod, eks_cluster = (
+            self._clusters() if self._clusters else self._describe(aws, cluster_name)
+        )
+        if eks_cluster is None:
             raise PreconditionFailed(
-                f"HyperPod cluster '{cluster_name}' is not orchestrated by EKS",
+                f"HyperPod cluster '{hyperpod.get('ClusterName', cluster_name)}' is not "
+                "orchestrated by EKS",
                 fix="hpkv supports HyperPod clusters with the EKS orchestrator only",
             )
-        eks_cluster = eks_api.describe_cluster(aws, eks_name)
         endpoint = eks_cluster.get("endpoint") or ""
         arn = eks_cluster.get("arn") or ""
         if path is not None:
-            match = self._matching_context(path, endpoint, arn, eks_name)
+            match = self._matching_context(path, endpoint, arn, eks_cluster.get("name", ""))
             if match is not None:
                 return self._from_kubeconfig(path, match)
         return self._token_client(aws, eks_cluster)
+
+    @staticmethod
+    def _describe(
+        aws: AwsClients, cluster_name: str
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        from hpkv.aws import eks as eks_api
+        from hpkv.aws import sagemaker
+
+        hyperpod = sagemaker.describe_cluster(aws, cluster_name)
+        eks_name = sagemaker.eks_cluster_name(hyperpod)
+        return hyperpod, eks_api.describe_cluster(aws, eks_name) if eks_name else None
 
     def _matching_context(self, path: str, endpoint: str, arn: str, eks_name: str) -> str | None:
         contexts = self._contexts(path)
@@ -378,11 +391,35 @@ class KubeClients:
             ) from None
 
     def serves(self, api_version: str, kind: str) -> bool:
-        try:
-            self.resource(api_version, kind)
-        except NotFound:
-            return False
-        return True
+        return kind in self.served_kinds(api_version)
+
+    def served_kinds(self, api_version: str) -> set[str]:
+        """Kinds served under ``api_version``: one discovery request for that group version
+        (``/apis/<group>/<version>``), not the whole API; empty when it is not served."""
+        path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        data = self.get_json(path, what=f"discover {api_version}")
+        return {
+            r.get("kind", "") for r in (data or {}).get("resources", []) if "/" not in r["name"]
+        }
+
+    def get_json(self, path: str, *, what: str) -> Any:
+        """GET an API path as JSON; None on 404."""
+        api = self.api_client
+        with kube_errors(what):
+            method, url, headers, body, _post = api.param_serialize(
+                method="GET",
+                resource_path=path,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = api.call_api(method, url, header_params=headers, body=body)
+            response.read()
+            if response.status == 404:
+                return None
+            if not 200 <= response.status <= 299:
+                api.response_deserialize(response, {"200": "object"})  # raises ApiException
+            data = json.loads(response.data or b"null")
+        return data
 
     def server_version(self) -> dict[str, Any]:
         from kubernetes import client

@@ -1,17 +1,12 @@
-"""Commands and logs inside pods: ``exec`` (a probe in a container) and container logs.
+"""Commands inside pods: ``exec`` (a probe in a container). The one seam for exec, as
+:mod:`hpkv.kube.podlogs` is for container logs and :mod:`hpkv.kube.incluster` for HTTP.
 
-On a real cluster these go through the API server (the exec subresource over a WebSocket, and the
-log subresource), which relays them to the node's kubelet. This module is the one seam for that
-access, as :mod:`hpkv.kube.incluster` is for HTTP: ``HPKV_POD_ROUTES`` (a JSON object mapping
-``"<namespace>/<pod>"`` or ``"<namespace>/*"`` to a base URL) sends matching requests to a small
-HTTP service instead:
-
-* exec: ``POST <base>/exec`` with ``{"namespace", "pod", "container", "command": [...]}``, answered
-  by ``{"rc": 0, "stdout": "...", "stderr": "..."}``;
-* logs: ``GET <base>/logs?namespace=&pod=&container=&limitBytes=``, answered by the log text.
-
-Tests use it because the test cluster has no kubelet; an operator can use it to point hpkv at a
-debugging proxy.
+On a real cluster exec goes through the API server (the exec subresource over a WebSocket), which
+relays it to the node's kubelet. ``HPKV_POD_ROUTES`` (a JSON object mapping ``"<namespace>/<pod>"``
+or ``"<namespace>/*"`` to a base URL) sends matching commands to a small HTTP service instead:
+``POST <base>/exec`` with ``{"namespace", "pod", "container", "command": [...]}``, answered by
+``{"rc": 0, "stdout": "...", "stderr": "..."}``. Tests use it because the test cluster has no
+kubelet; an operator can use it to point hpkv at a debugging proxy.
 """
 
 from __future__ import annotations
@@ -19,10 +14,9 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpkv.errors import ApiError, ConnectionFailed
 from hpkv.kube.incluster import routes_from_env
@@ -73,7 +67,7 @@ def _exit_status(text: str, pod: str) -> int:
 
 
 class PodIO:
-    """Exec into containers and read their logs, through the API server or the test seam."""
+    """Exec into containers, through the API server or the test seam."""
 
     def __init__(self, kube: KubeClients, *, timeout: float = 30.0) -> None:
         self.kube = kube
@@ -154,34 +148,6 @@ class PodIO:
             finally:
                 response.close()
         return ExecResult(rc, "".join(stdout), "".join(stderr))
-
-    # --- logs ----------------------------------------------------------------------------------
-    def logs(
-        self, namespace: str, pod: str, container: str, *, limit_bytes: int = 4 * 1024 * 1024
-    ) -> str:
-        """The first ``limit_bytes`` of the container's log (start-up messages come first)."""
-        base = _route(namespace, pod)
-        if base is not None:
-            query = urllib.parse.urlencode(
-                {
-                    "namespace": namespace,
-                    "pod": pod,
-                    "container": container,
-                    "limitBytes": limit_bytes,
-                }
-            )
-            return self._http(f"{base}/logs?{query}", None, self.timeout)
-        from hpkv.kube import kube_errors
-
-        with kube_errors(f"read the logs of pod {namespace}/{pod} (container {container})"):
-            text: Any = self.kube.core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=container,
-                limit_bytes=limit_bytes,
-                _request_timeout=self.timeout,
-            )
-        return text if isinstance(text, str) else str(text)
 
     # --- seam ----------------------------------------------------------------------------------
     def _http(self, url: str, body: bytes | None, timeout: float) -> str:

@@ -1,5 +1,6 @@
 """Reading container logs: the one seam for pod logs (diagnose detectors, the support bundle, the
-bench runner's output and LMCache log lines).
+bench runner's output, the L2 stage's LMCache start-up scan). Exec into pods is
+:mod:`hpkv.kube.podio`; HTTP to pods and services is :mod:`hpkv.kube.incluster`.
 
 On a cluster the logs come from the API server (``GET .../pods/{name}/log``, served by the node's
 kubelet). ``HPKV_POD_LOGS_DIR`` names a directory to read them from instead, laid out as
@@ -32,17 +33,25 @@ def read_log(
     previous: bool = False,
     tail_lines: int | None = DEFAULT_TAIL_LINES,
     since_seconds: int | None = None,
+    limit_bytes: int | None = None,
     timeout: float = 10.0,
 ) -> str | None:
-    """The last ``tail_lines`` lines (all with None) of a container's log; None when there is none.
+    """The last ``tail_lines`` lines (all with None) of a container's log, cut to its first
+    ``limit_bytes`` (as the API applies them); None when there is none.
 
     "None" covers a container that never ran and, with ``previous``, one that never restarted
-    (the API answers 400 then). Other failures raise HpkvError.
+    (the API answers 400 then). Other failures raise HpkvError. ``tail_lines=None`` with
+    ``limit_bytes`` reads the start of the log (start-up messages).
     """
     directory = os.environ.get(LOGS_DIR_ENV)
     if directory:
-        return _from_directory(Path(directory), namespace, pod, container, previous, tail_lines)
-    return _from_api(kube, namespace, pod, container, previous, tail_lines, since_seconds, timeout)
+        text = _from_directory(Path(directory), namespace, pod, container, previous, tail_lines)
+        if text is not None and limit_bytes:
+            text = text.encode()[:limit_bytes].decode("utf-8", errors="ignore")
+        return text
+    return _from_api(
+        kube, namespace, pod, container, previous, tail_lines, since_seconds, limit_bytes, timeout
+    )
 
 
 def log_path(
@@ -73,6 +82,7 @@ def _from_api(
     previous: bool,
     tail_lines: int | None,
     since_seconds: int | None,
+    limit_bytes: int | None,
     timeout: float,
 ) -> str | None:
     from hpkv.kube import is_status, kube_errors
@@ -80,6 +90,8 @@ def _from_api(
     kwargs: dict[str, object] = {"container": container, "previous": previous}
     if tail_lines:
         kwargs["tail_lines"] = tail_lines
+    if limit_bytes:
+        kwargs["limit_bytes"] = limit_bytes
     if since_seconds:
         kwargs["since_seconds"] = max(1, int(since_seconds))
     which = "previous " if previous else ""

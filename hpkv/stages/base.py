@@ -17,7 +17,8 @@ For ``hpkv status`` and ``hpkv diagnose`` a stage may also offer (all optional, 
 * ``detectors()`` -> :class:`Detector` objects for ``hpkv diagnose``, each yielding
   :class:`Finding` objects with a stable id;
 * ``namespaces()`` -> the Kubernetes namespaces the stage owns (diagnose and the support bundle
-  inspect them);
+  inspect them); ``iam_roles()`` -> the IAM roles it creates or uses (their trust policies go
+  into the support bundle);
 * a module-level ``IAM_ACTIONS`` list (``hpkv.health.iam.IamNeed``) for ``hpkv diagnose --iam``.
 
 Reads several checks share go through ``ctx.memo`` (see ``hpkv.reads``), so one health run fetches
@@ -167,6 +168,8 @@ class Detector:
 
     ``run`` reads (never writes) and returns the findings, an empty list when all is well.
     ``requires_install``: skipped when the owning stage's ``installed()`` says False.
+    ``supersedes``: ids of generic detectors this one refines; a finding of theirs whose objects
+    all appear in one of this detector's findings is not reported twice.
     """
 
     id: str
@@ -175,6 +178,7 @@ class Detector:
     run: Callable[[], list[Finding]] = field(compare=False)
     stage: str = ""
     requires_install: bool = True
+    supersedes: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -402,6 +406,11 @@ class Stage:
 
     def namespaces(self) -> list[str]:
         """Kubernetes namespaces the stage owns (diagnose and the support bundle read them)."""
+        return []
+
+    def iam_roles(self) -> list[str]:
+        """IAM roles (names or ARNs) the stage creates or uses; the support bundle includes
+        their trust policies."""
         return []
 
     def plan(self, **options: Any) -> Plan:

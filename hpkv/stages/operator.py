@@ -33,13 +33,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hpkv import reads
 from hpkv.aws import addon_plan, eks, iam, irsa, s3, sagemaker
-from hpkv.aws.irsa import trust_drift
+from hpkv.aws.irsa import trust_drift, trust_drift_finding
 from hpkv.context import poll_interval
-from hpkv.errors import ConfigError, HpkvError, PreconditionFailed, WaitTimeout
-from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, Stage, Verb
+from hpkv.errors import ConfigError, HpkvError, NotFound, PreconditionFailed, WaitTimeout
+from hpkv.stages.base import (
+    Action,
+    ApplyResult,
+    Check,
+    CheckSpec,
+    CheckState,
+    Detector,
+    Finding,
+    IamNeed,
+    Plan,
+    Severity,
+    Stage,
+    Verb,
+)
 from hpkv.topology import (
+    ENDPOINT_KIND,
     ENDPOINT_PLURAL,
+    INFERENCE_API_VERSION,
     INFERENCE_GROUP,
     OPERATOR_DEPLOYMENT,
     OPERATOR_NAMESPACE,
@@ -67,6 +83,11 @@ TLS_BUCKET_PREFIX = "hyperpod-tls-"
 HELM_OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
 CSI_DRIVERS = ("s3.csi.aws.com", "fsx.csi.aws.com")
 CERT_MANAGER_CRDS = ("certificates.cert-manager.io", "certificaterequests.cert-manager.io")
+CERT_MANAGER_KINDS = {
+    CERT_MANAGER_CRDS[0]: "Certificate",
+    CERT_MANAGER_CRDS[1]: "CertificateRequest",
+}
+CERT_MANAGER_API = "cert-manager.io/v1"
 ENDPOINT_CRD = f"{ENDPOINT_PLURAL}.{INFERENCE_GROUP}"
 METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
 
@@ -126,6 +147,41 @@ ADDONS: tuple[AddonSpec, ...] = (
     AddonSpec("inferenceOperator", "amazon-sagemaker-hyperpod-inference", "v1.0.0-eksbuild.1"),
 )
 OPERATOR_ADDON = ADDONS[-1].name
+FSX_NODE_DAEMONSET = ("kube-system", "fsx-csi-node")
+
+# What this stage calls (hpkv.aws.iam, irsa, s3, eks, addon_plan), for 'hpkv diagnose --iam'.
+_ROLES = "arn:{partition}:iam::{account}:role/*"
+_TLS_BUCKETS = "arn:{partition}:s3:::hyperpod-tls-*"
+
+IAM_ACTIONS: list[IamNeed] = [
+    *addon_plan.iam_needs("install and track the operator's EKS add-ons"),
+    *irsa.iam_needs("IRSA roles of the operator and its add-ons"),
+    *(
+        IamNeed(f"iam:{action}", _ROLES, "'hpkv operator remove --delete-iam'")
+        for action in (
+            "ListRoleTags",
+            "ListRolePolicies",
+            "DetachRolePolicy",
+            "DeleteRolePolicy",
+            "DeleteRole",
+        )
+    ),
+    *(
+        IamNeed(f"s3:{action}", _TLS_BUCKETS, "the operator's TLS certificate bucket")
+        for action in (
+            "ListBucket",
+            "CreateBucket",
+            "PutBucketTagging",
+            "GetBucketTagging",
+            "ListBucketVersions",
+            "DeleteBucket",
+        )
+    ),
+    *(
+        IamNeed(f"s3:{action}", _TLS_BUCKETS + "/*", "empty the TLS bucket on --delete-iam")
+        for action in ("DeleteObject", "DeleteObjectVersion")
+    ),
+]
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -336,22 +392,25 @@ class OperatorStage(Stage):
 
     # --- reads: where ---------------------------------------------------------------------------
     def target(self) -> Target:
+        """The clusters (shared reads: one DescribeCluster each per health run; plans read
+        afresh)."""
         name = self.ctx.require_cluster()
-        hyperpod = sagemaker.describe_cluster(self.ctx.aws, name)
-        eks_name = sagemaker.eks_cluster_name(hyperpod)
-        if not eks_name:
+        hyperpod = reads.hyperpod_cluster(self.ctx)
+        cluster = reads.eks_cluster(self.ctx)
+        if cluster is None:
             raise PreconditionFailed(
                 f"HyperPod cluster '{name}' is not orchestrated by EKS",
                 fix="the inference operator needs a HyperPod cluster with the EKS orchestrator",
             )
-        cluster = eks.describe_cluster(self.ctx.aws, eks_name)
+        eks_name = str(cluster["name"])
         issuer = eks.oidc_issuer(cluster)
         if not issuer:
             raise PreconditionFailed(
                 f"EKS cluster '{eks_name}' has no OIDC issuer",
                 fix="wait until the EKS cluster is ACTIVE; IRSA needs its OIDC issuer",
             )
-        account = self.ctx.aws.caller_identity()["Account"]
+        # The cluster's own account (the caller manages it, so IAM calls land there too).
+        account = str(hyperpod["ClusterArn"]).split(":")[4]
         return Target(
             hyperpod_name=hyperpod.get("ClusterName", name),
             hyperpod_arn=hyperpod["ClusterArn"],
@@ -458,12 +517,21 @@ class OperatorStage(Stage):
         return list(spec.managed)
 
     def role_state(self, spec: RoleSpec, target: Target) -> RoleState:
+        from hpkv.concurrency import fan_out
+
         given = self.given_role(spec)
         name = iam.role_name(given) if given else role_name(spec, target.hyperpod_name)
-        live = iam.get_role(self.ctx.aws, name)
+
+        def attached() -> list[str] | None:
+            try:
+                return reads.attached_policies(self.ctx, name)
+            except NotFound:
+                return None  # no such role: GetRole says so
+
+        # Both at once: the policies of a role that exists are wanted anyway.
+        live, policies = fan_out([lambda: reads.role(self.ctx, name), attached])
         arn = live["Arn"] if live else f"arn:aws:iam::{target.account}:role/{name}"
-        attached = iam.attached_policies(self.ctx.aws, name) if live else []
-        return RoleState(spec, name, arn, given is not None, live, attached)
+        return RoleState(spec, name, arn, given is not None, live, policies or [] if live else [])
 
     # --- reads: add-on configuration ----------------------------------------------------------
     def addon_configuration(self, target: Target, roles: dict[str, RoleState]) -> dict[str, Any]:
@@ -488,40 +556,114 @@ class OperatorStage(Stage):
 
     # --- status ---------------------------------------------------------------------------------
     def status(self) -> list[Check]:
-        target = self.target()  # without the clusters nothing can be checked: UNKNOWN (exit 3)
-        checks = [
-            self.check(
-                "cluster",
-                CheckState.OK,
-                f"HyperPod {target.hyperpod_name} on EKS {target.eks_name} "
-                f"(Kubernetes {target.kubernetes_version})",
-            ),
-            self._guarded("oidc-provider", lambda: self._oidc_check(target)),
-            self._guarded("tls-bucket", lambda: self._bucket_check(target)),
+        # Without the clusters nothing can be checked: the first check raises (UNKNOWN, exit 3).
+        return self.run_check_functions()
+
+    def check_functions(self) -> list[CheckSpec]:
+        """Independent checks (``hpkv status`` runs them side by side; reads are shared)."""
+        specs = [
+            CheckSpec("cluster", lambda: [self._cluster_check(self.target())]),
+            CheckSpec("oidc-provider", lambda: [self._guarded("oidc-provider", self._oidc)]),
+            CheckSpec("tls-bucket", lambda: [self._guarded("tls-bucket", self._bucket)]),
         ]
-        roles: dict[str, RoleState] = {}
-        for spec in ROLES:
-            try:
-                roles[spec.key] = self.role_state(spec, target)
-            except HpkvError as exc:
-                checks.append(
-                    self.check(
-                        f"role/{spec.key}", CheckState.UNKNOWN, exc.one_line(), exc.fix or ""
-                    )
-                )
-                continue
-            checks.append(self._role_check(roles[spec.key], target))
-        addon_checks = [
-            self._guarded(f"addon/{spec.name}", lambda s=spec: self._addon_check(s, target, roles))
+        specs += [
+            CheckSpec(f"role/{spec.key}", lambda spec=spec: [self._role_row(spec)])
+            for spec in ROLES
+        ]
+        specs += [
+            CheckSpec(
+                f"addon/{spec.name}",
+                lambda spec=spec: [
+                    self._guarded(f"addon/{spec.name}", lambda: self._addon_row(spec))
+                ],
+            )
             for spec in ADDONS
         ]
-        checks.extend(addon_checks)
-        # Before the operator add-on exists, what it installs is expected to be missing.
-        installed = addon_checks[-1].evidence != "not installed"
-        checks.extend(
-            self.kubernetes_checks(missing=CheckState.FAIL if installed else CheckState.WARN)
+        specs += [
+            CheckSpec(name, lambda check=check: self._kubernetes_row(check))
+            for name, check in self._kubernetes_check_functions().items()
+        ]
+        return specs
+
+    def installed(self) -> bool | None:
+        """The operator add-on exists (in any state), or a Helm-installed operator runs."""
+        from hpkv.kube import kube_errors
+
+        if reads.addon(self.ctx, OPERATOR_ADDON) is not None:
+            return True
+        for name in (OPERATOR_DEPLOYMENT, HELM_OPERATOR_DEPLOYMENT):
+            with kube_errors(f"read Deployment {OPERATOR_NAMESPACE}/{name}"):
+                if self._deployment(name) is not None:
+                    return True
+        return False
+
+    def namespaces(self) -> list[str]:
+        return [OPERATOR_NAMESPACE]
+
+    def iam_roles(self) -> list[str]:
+        cluster = self.target().hyperpod_name
+        return [iam.role_name(self.given_role(spec) or role_name(spec, cluster)) for spec in ROLES]
+
+    def _cluster_check(self, target: Target) -> Check:
+        return self.check(
+            "cluster",
+            CheckState.OK,
+            f"HyperPod {target.hyperpod_name} on EKS {target.eks_name} "
+            f"(Kubernetes {target.kubernetes_version})",
         )
-        return checks
+
+    def _oidc(self) -> Check:
+        return self._oidc_check(self.target())
+
+    def _bucket(self) -> Check:
+        return self._bucket_check(self.target())
+
+    def _role_row(self, spec: RoleSpec) -> Check:
+        target = self.target()
+        try:
+            role = self.role_state(spec, target)
+        except HpkvError as exc:
+            return self.check(f"role/{spec.key}", CheckState.UNKNOWN, exc.one_line(), exc.fix or "")
+        return self._role_check(role, target)
+
+    def _roles(self, target: Target) -> dict[str, RoleState]:
+        """Every role's state (each read once per health run); roles that cannot be read are left
+        out."""
+        from hpkv.concurrency import fan_out
+
+        def state(spec: RoleSpec) -> RoleState | None:
+            try:
+                return self.role_state(spec, target)
+            except HpkvError:
+                return None
+
+        states = fan_out([lambda spec=spec: state(spec) for spec in ROLES])
+        return {r.spec.key: r for r in states if r is not None}
+
+    def _addon_row(self, spec: AddonSpec) -> Check:
+        from hpkv.concurrency import fan_out
+
+        target = self.target()
+        wants_roles = spec.role is not None or spec.name == OPERATOR_ADDON
+        # The add-on and the roles its settings name, read side by side.
+        roles, _addon = fan_out(
+            [
+                lambda: self._roles(target) if wants_roles else {},
+                lambda: reads.addon(self.ctx, spec.name),
+            ]
+        )
+        return self._addon_check(spec, target, roles)
+
+    def _operator_addon_exists(self) -> bool:
+        return reads.addon(self.ctx, OPERATOR_ADDON) is not None
+
+    def _kubernetes_row(self, check: Callable[[CheckState], Check]) -> list[Check]:
+        # Before the operator add-on exists, what it installs is expected to be missing.
+        try:
+            missing = CheckState.FAIL if self._operator_addon_exists() else CheckState.WARN
+        except HpkvError:
+            missing = CheckState.FAIL
+        return self._kubernetes_guarded([check], missing)
 
     def _guarded(self, name: str, check: Callable[[], Check]) -> Check:
         """Run one check; an API error becomes an UNKNOWN check instead of ending the report."""
@@ -599,12 +741,12 @@ class OperatorStage(Stage):
 
     def _addon_check(self, spec: AddonSpec, target: Target, roles: dict[str, RoleState]) -> Check:
         name = f"addon/{spec.name}"
-        live = eks.describe_addon(self.ctx.aws, target.eks_name, spec.name)
+        live = reads.addon(self.ctx, spec.name)
         if live is None:
             return self.check(name, CheckState.WARN, "not installed", "run 'hpkv operator apply'")
         status, version = live.get("status"), live.get("addonVersion", "?")
         issues = eks.health_issues(live)
-        if status in ("CREATE_FAILED", "DEGRADED", "UPDATE_FAILED", "DELETE_FAILED"):
+        if status in eks.FAILED:
             return self.check(
                 name,
                 CheckState.FAIL,
@@ -636,69 +778,80 @@ class OperatorStage(Stage):
     # --- Kubernetes verification ----------------------------------------------------------------
     def kubernetes_checks(self, *, missing: CheckState = CheckState.FAIL) -> list[Check]:
         """The operator's footprint in Kubernetes; ``missing`` is the state of an absent part."""
-        from hpkv.kube import is_status, kube_errors
+        return self._kubernetes_guarded(list(self._kubernetes_check_functions().values()), missing)
 
-        kube = self.ctx.kube
-        checks: list[Check] = []
-
-        def read(what: str, reader: Callable[[], Any]) -> Any:
-            with kube_errors(f"read {what}"):
-                try:
-                    return reader()
-                except Exception as exc:
-                    if is_status(exc, 404):
-                        return None
-                    raise
-
+    def _kubernetes_guarded(
+        self, checks: list[Callable[[CheckState], Check]], missing: CheckState
+    ) -> list[Check]:
         try:
-            for driver in CSI_DRIVERS:
-                found = read(
-                    f"CSIDriver {driver}", lambda d=driver: kube.storage.read_csi_driver(d)
-                )
-                checks.append(
-                    self.check(
-                        f"csidriver/{driver}",
-                        CheckState.OK if found else missing,
-                        "registered" if found else "missing (its CSI add-on is not running)",
-                        "" if found else "check the CSI driver add-on with 'hpkv operator status'",
-                    )
-                )
-            absent = [
-                crd
-                for crd in CERT_MANAGER_CRDS
-                if read(
-                    f"CRD {crd}",
-                    lambda c=crd: kube.apiextensions.read_custom_resource_definition(c),
-                )
-                is None
-            ]
-            checks.append(
-                self.check(
-                    "cert-manager-crds",
-                    missing if absent else CheckState.OK,
-                    f"missing: {', '.join(absent)}" if absent else "present",
-                    "check the cert-manager add-on" if absent else "",
-                )
-            )
-            deployment = read(
-                f"Deployment {OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}",
-                lambda: kube.apps.read_namespaced_deployment(
-                    OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE
-                ),
-            )
-            checks.append(self._deployment_check(deployment, missing))
-            crd = read(
-                f"CRD {ENDPOINT_CRD}",
-                lambda: kube.apiextensions.read_custom_resource_definition(ENDPOINT_CRD),
-            )
-            checks.append(self._crd_check(crd, missing))
+            return [check(missing) for check in checks]
         except HpkvError as exc:
-            checks.append(
+            return [
                 self.check(
                     "kubernetes", CheckState.UNKNOWN, exc.one_line(), exc.fix or "check access"
                 )
-            )
-        return checks
+            ]
+
+    def _kubernetes_check_functions(self) -> dict[str, Callable[[CheckState], Check]]:
+        found: dict[str, Callable[[CheckState], Check]] = {
+            f"csidriver/{driver}": lambda missing, d=driver: self._csi_driver_check(d, missing)
+            for driver in CSI_DRIVERS
+        }
+        found["cert-manager-crds"] = self._cert_manager_check
+        found["operator-deployment"] = lambda missing: self._deployment_check(
+            self._deployment(OPERATOR_DEPLOYMENT), missing
+        )
+        found["endpoint-crd"] = self._endpoint_crd_check
+        return found
+
+    def _deployment(self, name: str) -> Any:
+        return reads.optional(
+            self.ctx,
+            ("kube:deployment", OPERATOR_NAMESPACE, name),
+            f"Deployment {OPERATOR_NAMESPACE}/{name}",
+            lambda: self.ctx.kube.apps.read_namespaced_deployment(name, OPERATOR_NAMESPACE),
+        )
+
+    def _csi_driver(self, driver: str) -> Any:
+        return reads.optional(
+            self.ctx,
+            ("kube:csidriver", driver),
+            f"CSIDriver {driver}",
+            lambda: self.ctx.kube.storage.read_csi_driver(driver),
+        )
+
+    def missing_cert_manager_crds(self) -> list[str]:
+        # Served kinds: one small discovery request instead of reading the (large) CRDs.
+        served = reads.served_kinds(self.ctx, CERT_MANAGER_API)
+        return [
+            crd
+            for crd in CERT_MANAGER_CRDS
+            if CERT_MANAGER_KINDS[crd] not in served and reads.crd(self.ctx, crd) is None
+        ]
+
+    def _endpoint_crd_check(self, missing: CheckState) -> Check:
+        # The CRD is thousands of lines: discovery says whether it is served (Established).
+        if reads.serves(self.ctx, INFERENCE_API_VERSION, ENDPOINT_KIND):
+            return self.check("endpoint-crd", CheckState.OK, f"CRD {ENDPOINT_CRD} Established")
+        return self._crd_check(reads.crd(self.ctx, ENDPOINT_CRD), missing)
+
+    def _csi_driver_check(self, driver: str, missing: CheckState) -> Check:
+        found = self._csi_driver(driver)
+        return self.check(
+            f"csidriver/{driver}",
+            CheckState.OK if found else missing,
+            "registered" if found else "missing (its CSI add-on is not running)",
+            "" if found else "check the CSI driver add-on with 'hpkv operator status'",
+        )
+
+    def _cert_manager_check(self, missing: CheckState) -> Check:
+        absent = self.missing_cert_manager_crds()
+        return self.check(
+            "cert-manager-crds",
+            missing if absent else CheckState.OK,
+            f"missing: {', '.join(absent)}" if absent else "present",
+            "check the cert-manager add-on" if absent else "",
+        )
 
     def _deployment_check(self, deployment: Any, missing: CheckState) -> Check:
         name = "operator-deployment"
@@ -786,6 +939,273 @@ class OperatorStage(Stage):
         from kubernetes import client
 
         return client.ApiregistrationV1Api(self.ctx.kube.api_client).read_api_service(name)
+
+    # --- diagnose -------------------------------------------------------------------------------
+    def detectors(self) -> list[Detector]:
+        def detector(
+            what: str, title: str, component: str, fn: Any, *, requires_install: bool = True
+        ) -> Detector:
+            return Detector.of(
+                f"operator.{what}",
+                title,
+                component,
+                fn,
+                stage=self.name,
+                requires_install=requires_install,
+            )
+
+        return [
+            # Add-ons, webhooks and roles are checked before the operator add-on exists too: a
+            # failed dependency or a dead webhook is what keeps it from being installed.
+            detector("addon-unhealthy", "EKS add-on failed or degraded", "eks-addons",
+                     self._detect_addons, requires_install=False),
+            detector("webhook-without-endpoints", "Webhook Service without ready endpoints",
+                     "kubernetes", self._detect_webhooks, requires_install=False),
+            detector("irsa-trust-drift", "IRSA role trust policy drift", "iam",
+                     self._detect_trust_drift, requires_install=False),
+            detector("csi-driver-missing", "CSIDriver or FSx node DaemonSet missing", "csi",
+                     self._detect_csi),
+            detector("cert-manager-crds-missing", "cert-manager CRDs missing", "cert-manager",
+                     self._detect_cert_manager),
+        ]  # fmt: skip
+
+    def _detect_addons(self, detector: Detector) -> list[Finding]:
+        from hpkv.concurrency import fan_out
+
+        cluster = reads.eks_cluster(self.ctx)
+        if cluster is None:
+            return []
+        live = fan_out([lambda spec=spec: reads.addon(self.ctx, spec.name) for spec in ADDONS])
+        return [
+            addon_plan.failed_addon_finding(detector, cluster["name"], addon, remedies)
+            for addon in live
+            if addon is not None and addon.get("status") in eks.FAILED
+        ]
+
+    def _detect_webhooks(self, detector: Detector) -> list[Finding]:
+        from hpkv.concurrency import fan_out
+
+        callers = self._webhook_services()
+        services = sorted(callers)
+        states = fan_out([lambda key=key: self._service_endpoints(*key) for key in services])
+        findings = []
+        for key, state in zip(services, states, strict=True):
+            if state is None:
+                continue
+            findings.append(self._webhook_finding(detector, key, state, callers[key]))
+        return findings
+
+    def _webhook_services(self) -> dict[tuple[str, str], list[str]]:
+        """(namespace, service) -> what calls it: the endpoint CRD's conversion webhook and every
+        admission webhook that fails closed (failurePolicy Fail)."""
+        from kubernetes import client
+
+        from hpkv.kube import kube_errors
+
+        callers: dict[tuple[str, str], list[str]] = {}
+        # As JSON, not as the client's models: its schema alone is thousands of lines.
+        crd = self.ctx.kube.get_json(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{ENDPOINT_CRD}",
+            what=f"read CRD {ENDPOINT_CRD}",
+        )
+        conversion = ((crd or {}).get("spec") or {}).get("conversion") or {}
+        service = ((conversion.get("webhook") or {}).get("clientConfig") or {}).get("service")
+        if conversion.get("strategy") == "Webhook" and service:
+            key = (service.get("namespace", ""), service.get("name", ""))
+            callers.setdefault(key, []).append(f"the conversion webhook of CRD {ENDPOINT_CRD}")
+        api = client.AdmissionregistrationV1Api(self.ctx.kube.api_client)
+        with kube_errors("list webhook configurations"):
+            configs = [
+                ("MutatingWebhookConfiguration", api.list_mutating_webhook_configuration().items),
+                (
+                    "ValidatingWebhookConfiguration",
+                    api.list_validating_webhook_configuration().items,
+                ),
+            ]
+        for kind, items in configs:
+            for config in items:
+                for hook in config.webhooks or []:
+                    service = hook.client_config.service
+                    if service is None or (hook.failure_policy or "Fail") != "Fail":
+                        continue
+                    key = (service.namespace, service.name)
+                    callers.setdefault(key, []).append(
+                        f"webhook {hook.name} ({kind} {config.metadata.name})"
+                    )
+        return callers
+
+    def _service_endpoints(self, namespace: str, name: str) -> str | None:
+        """Why a Service has no ready endpoints, or None when it has some."""
+        from hpkv.kube import is_status, kube_errors
+
+        with kube_errors(f"read Service {namespace}/{name}"):
+            try:
+                self.ctx.kube.core.read_namespaced_service(name, namespace)
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return "does not exist"
+                raise
+        for endpoint_slice in reads.endpoint_slices(self.ctx, namespace, name):
+            for endpoint in endpoint_slice.endpoints or []:
+                ready = endpoint.conditions.ready if endpoint.conditions else None
+                if endpoint.addresses and ready is not False:
+                    return None
+        return "has no ready endpoints (its pods are not running or not Ready)"
+
+    def _webhook_finding(
+        self, detector: Detector, key: tuple[str, str], state: str, callers: list[str]
+    ) -> Finding:
+        namespace, name = key
+        evidence = (
+            f"Service {namespace}/{name} {state}; it serves {', '.join(callers[:3])}: the API "
+            f"server refuses those requests ('no endpoints available for service \"{name}\"'), "
+            f"and the operator add-on's install ends CREATE_FAILED"
+        )
+        if "kueue" in f"{namespace}/{name}":
+            fix = (
+                "Kueue is scaled to 0 or down: start it again ('kubectl -n "
+                f"{namespace} scale deployment kueue-controller-manager --replicas=1'), then "
+                "rerun 'hpkv operator apply' (it re-creates a CREATE_FAILED add-on with --preserve)"
+            )
+        elif namespace == OPERATOR_NAMESPACE:
+            fix = (
+                f"the operator's pods are not serving: 'kubectl -n {OPERATOR_NAMESPACE} get pods' "
+                f"and 'kubectl -n {OPERATOR_NAMESPACE} logs deployment/{OPERATOR_DEPLOYMENT}'; "
+                "then rerun 'hpkv operator apply'"
+            )
+        else:
+            fix = (
+                f"start the workload behind Service {namespace}/{name} (kubectl -n {namespace} "
+                "get pods), or delete the webhook configuration if its component was removed"
+            )
+        return detector.finding(
+            Severity.CRITICAL,
+            evidence,
+            fix,
+            [f"Service/{namespace}/{name}"],
+            title=f"webhook Service {namespace}/{name} without ready endpoints",
+        )
+
+    def _detect_trust_drift(self, detector: Detector) -> list[Finding]:
+        target = self.target()
+        findings = []
+        for role in self._roles(target).values():
+            if role.live is None:
+                continue
+            drift = trust_drift(
+                role.live.get("AssumeRolePolicyDocument"), self.trust_statements(role.spec, target)
+            )
+            if drift is not None:
+                findings.append(
+                    trust_drift_finding(
+                        detector,
+                        role.name,
+                        role.spec.title,
+                        drift,
+                        "review the difference with 'hpkv operator apply --dry-run', fix it with "
+                        "'hpkv operator apply --yes' (statements for other principals are kept)",
+                    )
+                )
+        return findings
+
+    def _detect_csi(self, detector: Detector) -> list[Finding]:
+        from hpkv.concurrency import fan_out
+
+        cluster = reads.eks_cluster(self.ctx)
+        eks_name = cluster["name"] if cluster else "<eks-cluster>"
+        findings = []
+        drivers = fan_out([lambda d=driver: self._csi_driver(d) for driver in CSI_DRIVERS])
+        for driver, found, addon in zip(
+            CSI_DRIVERS,
+            drivers,
+            ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver"),
+            strict=True,
+        ):
+            if found is not None:
+                continue
+            installed = reads.addon(self.ctx, addon) is not None
+            fix = (
+                f"repair the add-on: aws eks update-addon --cluster-name {eks_name} --addon-name "
+                f"{addon} --resolve-conflicts OVERWRITE"
+                if installed
+                else f"install it: 'hpkv operator apply' (creates the {addon} add-on)"
+            )
+            findings.append(
+                detector.finding(
+                    Severity.CRITICAL,
+                    f"CSIDriver {driver} does not exist: the operator's check-csi-drivers init "
+                    "container waits for it (the operator never starts) and models cannot be "
+                    f"mounted from {'S3' if 's3' in driver else 'FSx'}",
+                    fix,
+                    [f"CSIDriver/{driver}"],
+                    title=f"CSIDriver {driver} missing",
+                )
+            )
+        if reads.addon(self.ctx, "aws-fsx-csi-driver") is not None:
+            findings += self._fsx_node_findings(detector, eks_name)
+        return findings
+
+    def _fsx_node_findings(self, detector: Detector, eks_name: str) -> list[Finding]:
+        namespace, name = FSX_NODE_DAEMONSET
+        where = f"DaemonSet/{namespace}/{name}"
+        repair = (
+            f"aws eks update-addon --cluster-name {eks_name} --addon-name aws-fsx-csi-driver "
+            "--resolve-conflicts OVERWRITE (restores the add-on's DaemonSet)"
+        )
+        ds = reads.optional(
+            self.ctx,
+            ("kube:daemonset", namespace, name),
+            f"DaemonSet {namespace}/{name}",
+            lambda: self.ctx.kube.apps.read_namespaced_daemon_set(name, namespace),
+        )
+        if ds is None:
+            return [
+                detector.finding(
+                    Severity.CRITICAL,
+                    f"{where} (the FSx CSI node plugin) does not exist: FSx volumes fail to "
+                    "mount with 'driver name fsx.csi.aws.com not found in the list of registered "
+                    "CSI drivers'",
+                    repair,
+                    [where],
+                    title="FSx CSI node DaemonSet missing",
+                )
+            ]
+        desired = (ds.status.desired_number_scheduled or 0) if ds.status else 0
+        ready = (ds.status.number_ready or 0) if ds.status else 0
+        if ready >= desired:
+            return []
+        return [
+            detector.finding(
+                Severity.WARNING,
+                f"{where} is ready on {ready} of {desired} nodes: FSx volumes cannot mount on "
+                "the others",
+                f"kubectl -n {namespace} get pods -l app={name} -o wide; if it stays, {repair}",
+                [where],
+                title="FSx CSI node plugin not on every node",
+            )
+        ]
+
+    def _detect_cert_manager(self, detector: Detector) -> list[Finding]:
+        absent = self.missing_cert_manager_crds()
+        if not absent:
+            return []
+        cert_manager = reads.addon(self.ctx, "cert-manager")
+        fix = (
+            "the cert-manager add-on is "
+            + (cert_manager.get("status", "?") if cert_manager else "not installed")
+            + ": run 'hpkv operator apply' (installs or repairs it); a self-managed cert-manager "
+            "must install its CRDs (installCRDs=true)"
+        )
+        return [
+            detector.finding(
+                Severity.CRITICAL,
+                f"CRD(s) {', '.join(absent)} missing: the operator's check-csi-drivers init "
+                "container waits for them and the operator never starts (no TLS certificates "
+                "for endpoints)",
+                fix,
+                [f"CustomResourceDefinition/{crd}" for crd in absent],
+            )
+        ]
 
     # --- plan -----------------------------------------------------------------------------------
     def plan(self, **_: Any) -> Plan:

@@ -419,6 +419,13 @@ def test_cross_pod_needs_two_ready_pods(
             "--requests 2 is less than --prefixes 4",
         ),
         (["--endpoint", "x", "--repetitions", "0"], "--repetitions must be at least 1"),
+        (
+            # The routing service speaks plain HTTP on 443: refused before anything runs.
+            ["--from-here", "--url", "https://llama-routing-service.team-a:443/v1"],
+            "calls the routing service with https://, but it speaks plain HTTP on port 443 "
+            "(requests fail with 'SSL: WRONG_VERSION_NUMBER'). Fix: use "
+            "http://llama-routing-service.team-a:443/v1",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(

@@ -17,11 +17,14 @@ import yaml
 from tests.harness.aws import Fault
 from tests.harness.kube_proxy import KubeProxy
 from tests.harness.scenario import Scenario
+from tests.harness.stack import Stack
 from tests.health.conftest import validate
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
 
 ENABLED = {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
+STAGES = ["cluster", "tiered-storage", "operator", "curvine", "l2"]
+STAGE_1 = ("--stage", "cluster", "--stage", "tiered-storage")
 
 
 def _json(scenario: Scenario, *args: str) -> tuple[int, dict]:
@@ -42,25 +45,47 @@ def _by_name(document: dict) -> dict[tuple[str, str], dict]:
     return {(c["stage"], c["name"]): c for c in document["checks"]}
 
 
-def test_healthy_cluster_is_ok_in_every_format(scenario: Scenario) -> None:
-    scenario.hyperpod(tiered_storage=ENABLED)
-    scenario.nodes(2)
-    scenario.ai_toolkit()
+def test_healthy_cluster_is_ok_in_every_format(stack: Stack) -> None:
+    """Every stage installed by hpkv: one OK table, each stage's checks and each endpoint's L2
+    wiring rows (per pod)."""
+    stack.install()
+    scenario = stack.scenario
     code, doc = _json(scenario)
-    assert code == 0 and doc["state"] == "OK" and doc["exitCode"] == 0
-    assert [s["stage"] for s in doc["stages"]] == ["cluster", "tiered-storage"]
-    assert doc["stages"][1]["installed"] is True
+    assert code == 0 and doc["state"] == "OK" and doc["exitCode"] == 0, _not_ok(doc)
+    assert [s["stage"] for s in doc["stages"]] == STAGES
+    assert [s["installed"] for s in doc["stages"]] == [None, True, True, True, True]
     checks = _by_name(doc)
     assert checks[("cluster", "nodes")]["evidence"] == "2 of 2 nodes Ready (2 HyperPod nodes)"
     assert checks[("cluster", "eks-cluster")]["evidence"].startswith("hpkv-eks is ACTIVE")
     assert checks[("tiered-storage", "ai-toolkit-daemonset")]["state"] == "ok"
+    assert checks[("operator", "addon/amazon-sagemaker-hyperpod-inference")]["state"] == "ok"
+    assert checks[("operator", "role/execution")]["evidence"].startswith(
+        "SageMakerHyperPodInference-demo (managed by hpkv)"
+    )
+    assert checks[("curvine", "master")]["evidence"].startswith("Active")
+    assert checks[("curvine", "workers")]["evidence"] == "live 2, lost 0, GPU nodes 2"
+    assert "wires new pods at admission" in checks[("l2", "l2 team-a/llama")]["evidence"]
+    pods = [c for (stage, name), c in checks.items() if stage == "l2" and name.startswith("pod ")]
+    assert sorted(c["name"] for c in pods) == [f"pod team-a/{p}" for p in stack.worker_pods()]
+    assert all("wrote and read back a file" in c["evidence"] for c in pods)  # exec probe ran
 
     as_yaml = scenario.hpkv("status", "--cluster", "demo", "-o", "yaml")
     assert _stable(yaml.safe_load(as_yaml.stdout)) == _stable(doc)
     table = scenario.hpkv("status", "--cluster", "demo")
     assert table.exit_code == 0 and table.stderr == ""
     assert "STAGE" in table.stdout and "ai-toolkit-daemonset" in table.stdout
-    assert "overall: OK (7 checks in" in table.stdout
+    assert f"overall: OK ({len(doc['checks'])} checks in" in table.stdout
+
+    # Each stage's own status command still reports the same checks.
+    for stage in ("operator", "curvine", "l2"):
+        own = scenario.hpkv(stage, "status", "--cluster", "demo", "-o", "json")
+        assert own.exit_code == 0, own
+        names = [c["name"] for c in json.loads(own.stdout)["checks"]]
+        assert names == [c["name"] for c in doc["checks"] if c["stage"] == stage]
+
+
+def _not_ok(doc: dict) -> list[tuple[str, str, str]]:
+    return [(c["stage"], c["name"], c["evidence"]) for c in doc["checks"] if c["state"] != "ok"]
 
 
 def test_not_installed_stage_reads_not_installed_and_warns(scenario: Scenario) -> None:
@@ -75,9 +100,17 @@ def test_not_installed_stage_reads_not_installed_and_warns(scenario: Scenario) -
         "installed": False,
         "state": "WARNING",
     }
-    assert _by_name(doc)[("tiered-storage", "tiered-storage")]["evidence"].startswith(
-        "not installed"
-    )
+    checks = _by_name(doc)
+    assert checks[("tiered-storage", "tiered-storage")]["evidence"].startswith("not installed")
+    for stage in ("operator", "curvine", "l2"):
+        [row] = [c for c in doc["checks"] if c["stage"] == stage]
+        assert (row["name"], row["state"], row["evidence"]) == (
+            "installed",
+            "warn",
+            "not installed",
+        )
+        assert row["remediation"] == f"run 'hpkv {stage} apply'"
+    assert [s["installed"] for s in doc["stages"][2:]] == [False, False, False]
 
 
 def test_missing_daemonset_is_critical(scenario: Scenario) -> None:
@@ -87,17 +120,29 @@ def test_missing_daemonset_is_critical(scenario: Scenario) -> None:
     assert code == 2 and doc["state"] == "CRITICAL"
 
 
-def test_shared_reads_are_made_once(scenario: Scenario) -> None:
-    scenario.hyperpod(tiered_storage=ENABLED)
-    scenario.nodes(1)
-    scenario.ai_toolkit()
-    mark = scenario.aws.mark()
-    code, _doc = _json(scenario, "--context", "hpkv-test")
+def test_shared_reads_are_made_once(stack: Stack) -> None:
+    """Every stage installed: each read checks and installation probes share is made once,
+    including the clusters the Kubernetes connection is found from (no --context here)."""
+    stack.install()
+    scenario = stack.scenario
+    aws_mark, kube_mark = scenario.aws.mark(), scenario.kube.audit_mark()
+    code, _doc = _json(scenario)
     assert code == 0
-    calls = [str(c) for c in scenario.aws.calls_since(mark)]
-    # four stage-1 checks, the installation probe and the EKS check share one DescribeCluster
+    calls = [str(c) for c in scenario.aws.calls_since(aws_mark)]
     assert calls.count("sagemaker:DescribeCluster -> 200") == 1, calls
     assert calls.count("eks:DescribeCluster -> 200") == 1, calls
+    # Six add-ons (five of the operator, the EBS CSI driver), five operator roles: once each,
+    # although installation probes, add-on checks and role checks all read them.
+    assert calls.count("eks:DescribeAddon -> 200") == 6, calls
+    assert calls.count("iam:GetRole -> 200") == 5, calls
+    assert calls.count("iam:ListAttachedRolePolicies -> 200") == 5, calls
+    reads = [str(e) for e in scenario.kube.audit_since(kube_mark)]
+    assert reads.count("list nodes  -> 200") == 1, reads  # cluster, stage 1 and stage 3 share it
+    assert reads.count("list pods team-a/ -> 200") == 1, reads  # installation probe and checks
+    assert reads.count("get deployments team-a/llama -> 200") == 1, reads
+    # The Helm releases come from their storage Secrets (one list each), not from helm runs.
+    assert reads.count("list secrets curvine/ -> 200") == 2, reads
+    assert not any(r.startswith("get /version ") for r in reads), reads
 
 
 def test_slow_aws_api_yields_unknown_for_its_checks_without_hanging(scenario: Scenario) -> None:
@@ -155,7 +200,8 @@ def test_stage_filter_and_unknown_stage(scenario: Scenario) -> None:
     bad = scenario.hpkv("status", "--cluster", "demo", "--stage", "curvin")
     assert bad.exit_code == 3 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
-        "hpkv: error: unknown stage 'curvin'. Fix: use one of: cluster, tiered-storage"
+        "hpkv: error: unknown stage 'curvin'. Fix: use one of: cluster, tiered-storage, "
+        "operator, curvine, l2"
     ]
 
 
@@ -187,7 +233,7 @@ def test_watch_without_a_terminal_prints_one_document_per_refresh(scenario: Scen
     started = time.monotonic()
     result = scenario.hpkv(
         "status", "--cluster", "demo", "-o", "json", "--watch", "--interval", "1s",
-        "--iterations", "2",
+        "--iterations", "2", *STAGE_1,
     )  # fmt: skip
     assert result.exit_code == 0, result
     assert time.monotonic() - started >= 1.0
@@ -196,7 +242,7 @@ def test_watch_without_a_terminal_prints_one_document_per_refresh(scenario: Scen
     for line in lines:
         validate(json.loads(line), "status")
     table = scenario.hpkv(
-        "status", "--cluster", "demo", "-w", "--interval", "1", "--iterations", "2"
+        "status", "--cluster", "demo", "-w", "--interval", "1", "--iterations", "2", *STAGE_1
     )
     assert table.stdout.count("overall: OK") == 2
 
@@ -208,6 +254,7 @@ def test_watch_on_a_terminal_refreshes_in_place(scenario: Scenario) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TERM": "xterm"}
     env.pop("NO_COLOR", None)
     args = ["status", "--cluster", "demo", "--watch", "--interval", "1s", "--iterations", "2"]
+    args += STAGE_1
     pid, fd = pty.fork()
     if pid == 0:  # child
         os.execve(sys.executable, [sys.executable, "-m", "hpkv", *args], env)

@@ -127,10 +127,12 @@ class MasterStub:
         self.overview: dict[str, Any] = {}
         self.workers: dict[str, Any] = {"live_workers": [], "lost_workers": []}
         self.requests: list[str] = []
+        self.latency = 0.0  # seconds before each answer (the API server's proxy hop)
         stub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                time.sleep(stub.latency)
                 stub.requests.append(self.path)
                 routes = {"/api/overview": stub.overview, "/api/workers": stub.workers}
                 body = routes.get(self.path.split("?")[0])

@@ -5,14 +5,16 @@
   values in them are filled in as the add-on does), so the apiserver's own validation judges what
   hpkv creates.
 * :class:`AddonPlayer` hooks into the EKS emulator: when an add-on becomes ACTIVE it creates what
-  that add-on installs (CSIDrivers, cert-manager CRDs, the operator Deployment and CRDs); when one
-  is deleted (without ``preserve``) it removes them.
+  that add-on installs (CSIDrivers and the FSx node DaemonSet, cert-manager CRDs, the operator
+  Deployment, CRDs and its conversion-webhook Service with a ready EndpointSlice); when one is
+  deleted (without ``preserve``) it removes them.
 * :func:`play_endpoint` plays the operator for one endpoint: status, worker pods, the routing
   service and a SageMakerEndpointRegistration with a load balancer hostname.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import yaml
 
 from tests.harness.kube import KubeHarness
-from tests.harness.play import ensure_namespace, pod_status
+from tests.harness.play import ensure_namespace, play_daemonset, pod_status
 
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_DEPLOYMENT = "hyperpod-inference-controller-manager"
@@ -41,6 +43,8 @@ CSI_DRIVERS = {
     "aws-mountpoint-s3-csi-driver": "s3.csi.aws.com",
     "aws-fsx-csi-driver": "fsx.csi.aws.com",
 }
+FSX_NODE_DAEMONSET = "fsx-csi-node"  # in kube-system
+CONVERSION_WEBHOOK = "hyperpod-inference-conversion-webhook"  # the CRDs' conversion Service
 
 
 def upstream_crd(shared_dir: Path, filename: str) -> dict[str, Any]:
@@ -183,16 +187,23 @@ class AddonPlayer:
                     "spec": {"attachRequired": False, "podInfoOnMount": True},
                 }
             )
+            if name == "aws-fsx-csi-driver":
+                play_daemonset(self.kube, "kube-system", FSX_NODE_DAEMONSET, self._nodes())
         elif name == "cert-manager":
             for crd, (kind, plural) in CERT_MANAGER_CRDS.items():
                 self.kube.apply_object(_simple_crd(crd, kind, plural))
         elif name == "amazon-sagemaker-hyperpod-inference":
             self.install_operator()
 
+    def _nodes(self) -> list[str]:
+        status, body = self.kube.raw("GET", "/api/v1/nodes")
+        return [n["metadata"]["name"] for n in json.loads(body)["items"]] if status == 200 else []
+
     def install_operator(self) -> None:
         ensure_namespace(self.kube, OPERATOR_NAMESPACE)
         labels = {"control-plane": "controller-manager"}
         self.kube.apply_object(_deployment(OPERATOR_NAMESPACE, OPERATOR_DEPLOYMENT, labels=labels))
+        play_service_endpoints(self.kube, OPERATOR_NAMESPACE, CONVERSION_WEBHOOK, ready=True)
         play_deployment_status(
             self.kube,
             OPERATOR_NAMESPACE,
@@ -216,6 +227,14 @@ class AddonPlayer:
                     "metadata": {"name": CSI_DRIVERS[name]},
                 }
             )
+            if name == "aws-fsx-csi-driver":
+                self.kube.delete_object(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "metadata": {"name": FSX_NODE_DAEMONSET, "namespace": "kube-system"},
+                    }
+                )
         elif name == "cert-manager":
             for crd, (kind, plural) in CERT_MANAGER_CRDS.items():
                 self.kube.delete_object(_simple_crd(crd, kind, plural))
@@ -228,6 +247,42 @@ class AddonPlayer:
                 }
             )
             remove_inference_crds(self.kube, self.shared_dir)
+
+
+def play_service_endpoints(
+    kube: KubeHarness,
+    namespace: str,
+    name: str,
+    *,
+    ready: bool,
+    port: int = 443,
+    target_port: int = 9443,
+) -> None:
+    """A Service and the EndpointSlice the endpoint-slice controller keeps for it: one address,
+    ready or not (``ready=False``: its pods are down, e.g. scaled to 0)."""
+    ensure_namespace(kube, namespace)
+    kube.apply_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ports": [{"port": port, "targetPort": target_port}]},
+        }
+    )
+    kube.apply_object(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{name}-abcde",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": name},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.50"], "conditions": {"ready": ready}}],
+            "ports": [{"port": target_port, "protocol": "TCP"}],
+        }
+    )
 
 
 def play_endpoint(

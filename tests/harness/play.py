@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from tests.harness.kube import KubeHarness
@@ -275,3 +276,14 @@ def add_pod(
         },
         subresource="status",
     )
+
+
+def write_pod_log(
+    root: Path, namespace: str, pod: str, container: str, text: str, *, previous: bool = False
+) -> None:
+    """Play the kubelet's log for hpkv's pod-log seam (``HPKV_POD_LOGS_DIR=root``)."""
+    from hpkv.kube.podlogs import log_path
+
+    path = log_path(root, namespace, pod, container, previous=previous)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

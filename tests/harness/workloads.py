@@ -6,8 +6,9 @@
   vLLM named after the endpoint, reverse-proxy, otel-collector; the LMCache env it injects).
 * :class:`DeploymentPlayer`: plays the Deployment/ReplicaSet controllers, the scheduler and the
   kubelet for chosen Deployments, creating pods **through the API** (so admission runs).
-* :class:`FakePods`: answers hpkv's pod exec/log seam (``HPKV_POD_ROUTES``); exec runs the
-  command for real with the pod's mount path mapped to a local directory.
+* :class:`FakePods`: answers hpkv's pod exec seam (``HPKV_POD_ROUTES``); exec runs the command
+  for real with the pod's mount path mapped to a local directory. Logs go through the pod-log
+  seam (``HPKV_POD_LOGS_DIR``): :meth:`FakePods.log` writes them there.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import yaml
 
 from tests.harness.kube import KubeHarness
-from tests.harness.play import ensure_namespace, pod_status
+from tests.harness.play import ensure_namespace, pod_status, write_pod_log
 
 IEC_API = "inference.sagemaker.aws.amazon.com/v1"
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
@@ -223,14 +223,25 @@ def create_pod(
     template = copy.deepcopy(deployment["spec"]["template"])
     labels = {**template["metadata"].get("labels", {})}
     labels["pod-template-hash"] = _template_hash(deployment["spec"]["template"])
+    replica_set = f"{meta['name']}-{labels['pod-template-hash']}"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{meta['name']}-{labels['pod-template-hash']}-",
+            "generateName": f"{replica_set}-",
             "namespace": meta["namespace"],
             "labels": labels,
             "annotations": template["metadata"].get("annotations") or {},
+            # As a ReplicaSet creates it (nothing here garbage-collects by it).
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": replica_set,
+                    "uid": f"uid-{replica_set}",
+                    "controller": True,
+                }
+            ],
         },
         "spec": {**template["spec"], **({"nodeName": node} if node else {})},
     }
@@ -345,16 +356,24 @@ class DeploymentPlayer:
 
 
 class FakePods:
-    """Answers hpkv's pod exec/log seam. Exec runs the real command locally with the pod's
+    """Answers hpkv's pod exec seam. Exec runs the real command locally with the pod's
     ``mount_path`` replaced by ``storage`` (a directory standing in for the shared PVC); pods in
-    ``broken`` get a read-only-file-system error; ``logs`` maps pod name -> log text."""
+    ``broken`` get a read-only-file-system error. :meth:`log` writes a container log where
+    ``HPKV_POD_LOGS_DIR`` (``logs_dir``) points."""
 
-    def __init__(self, storage: Path, mount_path: str = "/mnt/curvine/l2cache") -> None:
+    def __init__(
+        self,
+        storage: Path,
+        mount_path: str = "/mnt/curvine/l2cache",
+        *,
+        logs_dir: Path | None = None,
+    ) -> None:
         self.storage = storage
         self.mount_path = mount_path
-        self.logs: dict[str, str] = {}
+        self.logs_dir = logs_dir or storage.parent / "pod-logs"
         self.broken: set[str] = set()
         self.execs: list[dict[str, Any]] = []
+        self.latency = 0.0  # seconds before each answer (the API server and kubelet hops)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -370,17 +389,10 @@ class FakePods:
                 self.wfile.write(data)
 
             def do_POST(self) -> None:
+                time.sleep(fake.latency)
                 length = int(self.headers.get("Content-Length", "0"))
                 request = json.loads(self.rfile.read(length))
                 self._send(200, json.dumps(fake._exec(request)))
-
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query)
-                pod = query["pod"][0]
-                limit = int(query.get("limitBytes", ["1000000"])[0])
-                self._send(
-                    200, fake.logs.get(pod, "INFO LMCache engine started\n")[:limit], "text/plain"
-                )
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -391,6 +403,12 @@ class FakePods:
 
     def routes(self, namespace: str) -> str:
         return json.dumps({f"{namespace}/*": self.url})
+
+    def log(
+        self, namespace: str, pod: str, container: str, text: str, *, previous: bool = False
+    ) -> None:
+        """A container's log, as the pod-log seam (``HPKV_POD_LOGS_DIR=logs_dir``) serves it."""
+        write_pod_log(self.logs_dir, namespace, pod, container, text, previous=previous)
 
     def _exec(self, request: dict[str, Any]) -> dict[str, Any]:
         self.execs.append(request)

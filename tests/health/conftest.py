@@ -1,5 +1,7 @@
-"""A healthy seeded installation (stage 1 plus pods standing in for the later stages) that the
-status and diagnose tests break one piece at a time."""
+"""The healthy clusters the status and diagnose tests break one piece at a time: ``stack`` has
+every stage installed by hpkv itself (tests/harness/stack.py); ``installation`` is lighter, stage 1
+plus pods standing in for the later stages (which read "not installed"), for the generic
+detectors."""
 
 from __future__ import annotations
 
@@ -77,6 +79,15 @@ class Installation:
         document = json.loads(result.stdout)
         validate(document, "diagnose")
         return result.exit_code, document
+
+
+def run_json(scenario: Scenario, command: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """``hpkv status|diagnose --cluster demo -o json ...``: (exit code, schema-valid document)."""
+    result = scenario.hpkv(command, "--cluster", "demo", "-o", "json", *args)
+    assert result.exception is None, result
+    document = json.loads(result.stdout)
+    validate(document, command)
+    return result.exit_code, document
 
 
 def validate(document: dict[str, Any], name: str) -> None:

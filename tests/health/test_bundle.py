@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import os
 import tarfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +13,9 @@ import yaml
 
 from tests.harness.aws import HPKV_ACCESS_KEY, SECRET_KEY
 from tests.harness.play import add_pod
-from tests.health.conftest import (
-    CURVINE_NS,
-    ENDPOINT_NS,
-    WORKER_RS,
-    Installation,
-    validate,
-    worker_container,
-)
+from tests.harness.stack import CURVINE_NS, ENDPOINT, ENDPOINT_NS, OPERATOR_NS, Stack
+from tests.health.conftest import ENDPOINT_NS as LIGHT_ENDPOINT_NS
+from tests.health.conftest import WORKER_RS, Installation, validate, worker_container
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
 
@@ -34,32 +26,18 @@ AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLXdlc3QtMiJHMEUCIQD0example0token"
 BEARER = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.c2lnbmF0dXJlLXBhcnQ"
 EKS_TOKEN = "k8s-aws-v1.aHR0cHM6Ly9zdHMuYW1hem9uYXdzLmNvbS8_QWN0aW9uPUdldENhbGxlcklkZW50aXR5"
+OPERATOR_ADDON = "amazon-sagemaker-hyperpod-inference"
+EXECUTION_ROLE = "SageMakerHyperPodInference-demo"
+DEBUG_POD = "llama-debug-0"
+OPERATOR_POD = "hyperpod-inference-controller-manager-7f9b8c6d5-abcde"
+ROUTER_POD = f"{ENDPOINT}-{ENDPOINT_NS}-router-6d9f8b7c5-x2x4z"
 
 
-@pytest.fixture
-def curvine_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps({"master_state": "Active", "live_workers": 2, "lost_workers": 0})
-            self.send_response(200 if self.path == "/api/overview" else 404)
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    routes = {
-        f"{CURVINE_NS}/services/curvine-master:9000": f"http://127.0.0.1:{server.server_port}"
-    }
-    monkeypatch.setenv("HPKV_INCLUSTER_ROUTES", json.dumps(routes))
-    yield
-    server.shutdown()
-
-
-def _plant_secrets(inst: Installation) -> None:
-    kube = inst.kube
+def _plant_secrets(stack: Stack) -> None:
+    """Secrets in Kubernetes Secrets, pod env, ConfigMaps, the logs of the operator, router,
+    worker, Curvine and CSI pods, an add-on's configuration, an IAM trust policy and the Curvine
+    master's API."""
+    kube = stack.kube
     for namespace, name, data in (
         (ENDPOINT_NS, "hf-token", {"token": HF_TOKEN}),
         (CURVINE_NS, "db", {"password": DB_PASSWORD}),
@@ -82,9 +60,9 @@ def _plant_secrets(inst: Installation) -> None:
     add_pod(
         kube,
         ENDPOINT_NS,
-        f"{WORKER_RS}-w0",
-        node=inst.nodes[0],
-        owner=("ReplicaSet", WORKER_RS),
+        DEBUG_POD,
+        node=stack.nodes[0],
+        labels={"app": "llama-debug"},
         containers=[worker_container(env=env)],
     )
     kube.apply_object(
@@ -102,13 +80,41 @@ def _plant_secrets(inst: Installation) -> None:
             },
         }
     )
-    inst.log(
-        ENDPOINT_NS, f"{WORKER_RS}-w0", "vllm",
+    worker = stack.worker_pods()[0]
+    stack.log(
+        ENDPOINT_NS, worker, ENDPOINT,
         f"INFO start\nDEBUG token {EKS_TOKEN}\nDEBUG sts X-Amz-Security-Token={SESSION_TOKEN}\n"
         f"DEBUG header Authorization: Bearer {BEARER}\nDEBUG connecting with {DB_PASSWORD}\n"
         f"DEBUG hf {HF_TOKEN} key {AWS_KEY_ID}/{AWS_SECRET}\n",
     )  # fmt: skip
-    inst.log(ENDPOINT_NS, f"{WORKER_RS}-w0", "vllm", f"crashed with {DB_PASSWORD}\n", previous=True)
+    stack.log(ENDPOINT_NS, worker, ENDPOINT, f"crashed with {DB_PASSWORD}\n", previous=True)
+    stack.log(ENDPOINT_NS, DEBUG_POD, "vllm", f"INFO debug shell\nexport HF_TOKEN={HF_TOKEN}\n")
+    add_pod(
+        kube,
+        OPERATOR_NS,
+        OPERATOR_POD,
+        node=stack.nodes[0],
+        owner=("ReplicaSet", OPERATOR_POD.rsplit("-", 1)[0]),
+        containers=[{"name": "manager", "image": "example/operator:v3.2"}],
+    )
+    stack.log(OPERATOR_NS, OPERATOR_POD, "manager", f"INFO reconcile\nDEBUG bearer {BEARER}\n")
+    stack.log(OPERATOR_NS, ROUTER_POD, "router", f"INFO route\nDEBUG creds {AWS_KEY_ID}\n")
+    stack.log(CURVINE_NS, "curvine-master-0", "main", f"INFO master\nDEBUG {DB_PASSWORD}\n")
+    stack.log(CURVINE_NS, "curvine-worker-0", "main", f"INFO worker\nDEBUG {SESSION_TOKEN}\n")
+    csi = f"curvine-csi-node-{stack.nodes[0]}"
+    stack.log(CURVINE_NS, csi, "main", f"INFO csi\nDEBUG {HF_TOKEN}\n")
+    fsx = f"fsx-csi-node-{stack.nodes[0]}"
+    stack.log("kube-system", fsx, "fsx-csi-node", f"INFO fsx\nDEBUG {AWS_SECRET}\n")
+    operator = stack.aws.extensions["eks"].addons[("hpkv-eks", OPERATOR_ADDON)]
+    config = json.loads(operator.configuration_values)
+    operator.configuration_values = json.dumps(
+        {**config, "huggingFaceToken": HF_TOKEN, "note": f"db {DB_PASSWORD}"}
+    )
+    iam = stack.aws.client("iam")
+    trust = iam.get_role(RoleName=EXECUTION_ROLE)["Role"]["AssumeRolePolicyDocument"]
+    trust["Statement"][0]["Condition"] = {"StringEquals": {"sts:ExternalId": DB_PASSWORD}}
+    iam.update_assume_role_policy(RoleName=EXECUTION_ROLE, PolicyDocument=json.dumps(trust))
+    stack.master.overview["cluster_id"] = f"curvine {DB_PASSWORD}"
 
 
 def _members(path: Path) -> dict[str, str]:
@@ -120,15 +126,14 @@ def _members(path: Path) -> dict[str, str]:
         }
 
 
-def test_bundle_collects_everything_and_leaks_no_secret(
-    installation: Installation, curvine_api: None, tmp_path: Path
-) -> None:
-    _plant_secrets(installation)
+def test_bundle_collects_every_stage_and_leaks_no_secret(stack: Stack, tmp_path: Path) -> None:
+    stack.install()
+    _plant_secrets(stack)
     target = tmp_path / "support.tar.gz"
-    result = installation.scenario.hpkv(
+    result = stack.scenario.hpkv(
         "diagnose", "--cluster", "demo", "-o", "json", "--bundle", str(target)
     )
-    assert result.exit_code == 0, result
+    assert result.exit_code == 1, result  # WARNING: the planted ExternalId is trust drift
     document = json.loads(result.stdout)
     validate(document, "diagnose")
     assert document["bundle"]["path"] == str(target)
@@ -140,7 +145,7 @@ def test_bundle_collects_everything_and_leaks_no_secret(
     planted = [
         HF_TOKEN, DB_PASSWORD, AWS_KEY_ID, AWS_SECRET, SESSION_TOKEN, BEARER, EKS_TOKEN,
         base64.b64encode(HF_TOKEN.encode()).decode(), SECRET_KEY, HPKV_ACCESS_KEY,
-        installation.kube.tokens["hpkv"],
+        stack.kube.tokens["hpkv"],
     ]  # fmt: skip
     for name, text in members.items():
         for secret in planted:
@@ -148,46 +153,74 @@ def test_bundle_collects_everything_and_leaks_no_secret(
             assert secret not in name
 
     summary = json.loads(members["summary.json"])
-    assert summary["kind"] == "hpkv.diagnose" and summary["findings"] == []
+    assert summary["kind"] == "hpkv.diagnose"
+    assert [f["id"] for f in summary["findings"]] == ["operator.irsa-trust-drift"]
     assert json.loads(members["manifest.json"])["files"] == sorted(
         set(members) - {"manifest.json"}, key=list(members).index
     )
+    worker = stack.worker_pods()[0]
     for expected in (
         "hpkv.yaml",
         "aws/sagemaker-describe-cluster.json",
         "aws/eks-describe-cluster.json",
+        "aws/eks-addons.json",
         "kubernetes/cluster/nodes.yaml",
         "kubernetes/aws-hyperpod/daemonsets.yaml",
+        f"kubernetes/{OPERATOR_NS}/deployments.yaml",
         f"kubernetes/{ENDPOINT_NS}/pods.yaml",
         f"kubernetes/{ENDPOINT_NS}/configmaps.yaml",
+        f"kubernetes/{ENDPOINT_NS}/inferenceendpointconfigs.yaml",
+        f"kubernetes/{CURVINE_NS}/statefulsets.yaml",
         f"kubernetes/{CURVINE_NS}/persistentvolumeclaims.yaml",
-        f"logs/{ENDPOINT_NS}/{WORKER_RS}-w0/vllm.log",
-        f"logs/{ENDPOINT_NS}/{WORKER_RS}-w0/vllm.previous.log",
+        f"logs/{ENDPOINT_NS}/{worker}/{ENDPOINT}.log",
+        f"logs/{ENDPOINT_NS}/{worker}/{ENDPOINT}.previous.log",
+        f"logs/{OPERATOR_NS}/{OPERATOR_POD}/manager.log",
+        f"logs/{OPERATOR_NS}/{ROUTER_POD}/router.log",
+        f"logs/{CURVINE_NS}/curvine-master-0/main.log",
+        f"logs/{CURVINE_NS}/curvine-worker-0/main.log",
+        f"logs/{CURVINE_NS}/curvine-csi-node-{stack.nodes[0]}/main.log",
+        f"logs/kube-system/fsx-csi-node-{stack.nodes[0]}/fsx-csi-node.log",
         "curvine/api-overview.json",
+        "curvine/api-workers.json",
     ):
         assert expected in members, sorted(members)
-    assert json.loads(members["curvine/api-overview.json"])["master_state"] == "Active"
-    secrets = yaml.safe_load(members[f"kubernetes/{ENDPOINT_NS}/secrets.yaml"])
-    assert secrets == [{"name": "hf-token", "type": "Opaque"}]
+    # The roles stages 2 and 3 create or use, with their trust policies.
+    for role in (
+        EXECUTION_ROLE, "HyperPodInference-demo-S3Csi", "HyperPodInference-demo-FsxCsi",
+        "HyperPodInference-demo-Alb", "HyperPodInference-demo-Keda", "hpkv-hpkv-eks-ebs-csi",
+    ):  # fmt: skip
+        document = json.loads(members[f"aws/iam-roles/{role}.json"])
+        assert document["AssumeRolePolicyDocument"]["Statement"], role
+    execution = json.loads(members[f"aws/iam-roles/{EXECUTION_ROLE}.json"])
+    condition = execution["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]
+    assert condition == {"StringEquals": {"sts:ExternalId": "<redacted>"}}
+    addons = {a["addonName"]: a for a in json.loads(members["aws/eks-addons.json"])["addons"]}
+    assert set(addons) >= {OPERATOR_ADDON, "aws-ebs-csi-driver", "cert-manager"}
+    overview = json.loads(members["curvine/api-overview.json"])
+    assert overview["master_state"] == "Active" and overview["cluster_id"] == "curvine <redacted>"
+    workers = json.loads(members["curvine/api-workers.json"])
+    assert len(workers["live_workers"]) == 2
     pods = yaml.safe_load(members[f"kubernetes/{ENDPOINT_NS}/pods.yaml"])
-    worker = next(p for p in pods if p["metadata"]["name"] == f"{WORKER_RS}-w0")
-    env = {e["name"]: e["value"] for e in worker["spec"]["containers"][0]["env"]}
+    debug = next(p for p in pods if p["metadata"]["name"] == DEBUG_POD)
+    env = {e["name"]: e.get("value") for e in debug["spec"]["containers"][0]["env"]}
     assert env["HF_TOKEN"] == env["AWS_SECRET_ACCESS_KEY"] == "<redacted>"
     assert env["LMCACHE_REMOTE_URL"].startswith("fs://")  # ordinary values stay readable
-    assert "managedFields" not in worker["metadata"]
-    log = members[f"logs/{ENDPOINT_NS}/{WORKER_RS}-w0/vllm.log"]
+    assert "managedFields" not in debug["metadata"]
+    secrets = yaml.safe_load(members[f"kubernetes/{ENDPOINT_NS}/secrets.yaml"])
+    assert secrets == [{"name": "hf-token", "type": "Opaque"}]
+    log = members[f"logs/{ENDPOINT_NS}/{worker}/{ENDPOINT}.log"]
     assert "DEBUG connecting with <redacted>" in log and "INFO start" in log
     role_errors = [
         e for e in json.loads(members["manifest.json"])["errors"] if "IAM role" in e["what"]
     ]
-    assert role_errors  # the seeded execution role does not exist in IAM: recorded, not fatal
+    assert role_errors  # the seeded instance-group role does not exist in IAM: recorded
 
 
 def test_size_cap_keeps_the_summary_and_drops_what_does_not_fit(
     installation: Installation, tmp_path: Path
 ) -> None:
     noise = os.urandom(600 * 1024).hex()  # incompressible
-    installation.log(ENDPOINT_NS, f"{WORKER_RS}-w1", "vllm", noise, previous=True)
+    installation.log(LIGHT_ENDPOINT_NS, f"{WORKER_RS}-w1", "vllm", noise, previous=True)
     target = tmp_path / "small.tgz"
     result = installation.scenario.hpkv(
         "diagnose", "--cluster", "demo", "--bundle", str(target), "--max-size", "256KiB",
@@ -199,7 +232,7 @@ def test_size_cap_keeps_the_summary_and_drops_what_does_not_fit(
     assert "summary.json" in members and "manifest.json" in members
     skipped = json.loads(members["manifest.json"])["skipped"]
     assert {
-        "name": f"logs/{ENDPOINT_NS}/{WORKER_RS}-w1/vllm.previous.log",
+        "name": f"logs/{LIGHT_ENDPOINT_NS}/{WORKER_RS}-w1/vllm.previous.log",
         "reason": "size cap",
     } in skipped
     assert "left out by the size cap" in result.stdout

@@ -200,3 +200,71 @@ def test_every_stage_has_an_action_list() -> None:
     }
     assert "iam:CreateOpenIDConnectProvider" in {n.action for n in groups["operator"]}
     assert len(preflight.expand("eks:Describe*")) > 5
+
+
+# What S3 checks for operations whose IAM action is named differently.
+S3_ACTIONS = {
+    "HeadBucket": "s3:ListBucket",
+    "ListObjectVersions": "s3:ListBucketVersions",
+    "DeleteObjects": "s3:DeleteObject",
+}
+WAITER_OPERATIONS = {
+    ("eks", "addon_active"): "DescribeAddon",
+    ("eks", "addon_deleted"): "DescribeAddon",
+}
+
+
+def _called_actions() -> set[str]:
+    """IAM actions of every AWS operation hpkv's code calls: client methods, paginators and
+    waiters found in the source, checked against botocore's models."""
+    import re
+    from pathlib import Path
+
+    import botocore.session
+    from botocore import xform_name
+
+    import hpkv
+
+    session = botocore.session.get_session()
+    services = ("sagemaker", "eks", "iam", "sts", "s3")
+    operations = {
+        svc: {xform_name(op): op for op in session.get_service_model(svc).operation_names}
+        for svc in services
+    }
+    method = re.compile(r"\b(sagemaker|eks|iam|sts|s3)\.(\w+)\(")
+    helper = re.compile(r"\b(sagemaker|eks|iam|sts|s3)\.get_(paginator|waiter)\(\s*\"(\w+)\"")
+    actions: set[str] = set()
+    for path in Path(hpkv.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        for svc, name in method.findall(text):
+            if name in operations[svc]:
+                actions.add(f"{svc}:{operations[svc][name]}")
+        for svc, kind, name in helper.findall(text):
+            op = (
+                operations[svc].get(name) if kind == "paginator" else WAITER_OPERATIONS[(svc, name)]
+            )
+            actions.add(f"{svc}:{op}")
+    return {S3_ACTIONS.get(a.split(":")[1], a) if a.startswith("s3:") else a for a in actions}
+
+
+def test_every_aws_operation_the_code_calls_has_an_iam_need() -> None:
+    """The preflight cannot miss an action: each one the code calls is in some group."""
+    needed = {
+        concrete
+        for needs in preflight.stage_actions().values()
+        for need in needs
+        for concrete in preflight.expand(need.action)
+    }
+    called = _called_actions()
+    assert len(called) > 30, called  # the scan finds the calls
+    assert called - needed == set()
+    # and the lists name no action the code never calls (PassRole/Tag* are implied by calls)
+    implied = {"iam:PassRole", "iam:TagRole", "iam:TagOpenIDConnectProvider", "eks:TagResource"}
+    implied |= {"s3:DeleteObjectVersion"}  # DeleteObjects with version ids
+    stage_needs = {
+        need.action
+        for group, needs in preflight.stage_actions().items()
+        if group not in ("common", "diagnose")
+        for need in needs
+    }
+    assert stage_needs - called - implied == set()

@@ -1,4 +1,4 @@
-"""The pod exec/log seam: HPKV_POD_ROUTES sends exec and log reads to a local service."""
+"""The pod exec seam: HPKV_POD_ROUTES sends exec to a local service (logs: test_podlogs)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,6 @@ def test_exec_runs_through_the_route_and_returns_the_exit_status(
         assert fake.execs[0]["container"] == "demo"
         failed = io.exec("team-a", "p1", "demo", ["sh", "-c", "echo no >&2; exit 3"])
         assert (failed.rc, failed.stderr.strip()) == (3, "no")
-        fake.logs["p1"] = "line one\nLMCache degraded mode\n"
-        assert io.logs("team-a", "p1", "demo", limit_bytes=9) == "line one\n"
 
 
 def test_exact_route_wins_over_the_namespace_wildcard(
@@ -58,7 +56,7 @@ def test_seam_errors_are_one_line_hpkv_errors(io: PodIO, monkeypatch: pytest.Mon
         io.exec("team-a", "p", "c", ["true"])
     monkeypatch.setenv("HPKV_POD_ROUTES", json.dumps({"team-a/*": "http://127.0.0.1:9"}))
     with pytest.raises(ConnectionFailed):
-        io.logs("team-a", "p", "c")
+        io.exec("team-a", "p", "c", ["true"])
 
 
 def test_a_bad_answer_is_an_api_error(io: PodIO, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,13 +65,11 @@ def test_a_bad_answer_is_an_api_error(io: PodIO, monkeypatch: pytest.MonkeyPatch
             return None
 
         def do_POST(self) -> None:
-            code = 200 if self.path == "/exec" else 500
-            self.send_response(code)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(500 if body["pod"] == "gone" else 200)
             self.send_header("Content-Length", "5")
             self.end_headers()
             self.wfile.write(b"hello")
-
-        do_GET = do_POST
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), NotAKubelet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -82,8 +78,8 @@ def test_a_bad_answer_is_an_api_error(io: PodIO, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("HPKV_POD_ROUTES", json.dumps({"team-a/*": url}))
         with pytest.raises(ApiError, match="not an exec result"):
             io.exec("team-a", "p", "c", ["true"])
-        with pytest.raises(ApiError, match="answered 500"):
-            io.logs("team-a", "p", "c")
+        with pytest.raises(ApiError, match="answered 500: hello"):
+            io.exec("team-a", "gone", "c", ["true"])
     finally:
         server.shutdown()
         server.server_close()

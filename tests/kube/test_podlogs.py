@@ -19,6 +19,9 @@ def test_logs_from_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert podlogs.read_log(kube, "ns", "pod-1", "main", tail_lines=2) == "line 8\nline 9\n"  # type: ignore[arg-type]
     assert podlogs.read_log(kube, "ns", "pod-1", "main", previous=True) == "before the restart\n"  # type: ignore[arg-type]
     assert podlogs.read_log(kube, "ns", "pod-1", "sidecar") is None  # type: ignore[arg-type]
+    # The head of the log, as the API's limitBytes gives it (start-up messages come first).
+    head = podlogs.read_log(kube, "ns", "pod-1", "main", tail_lines=None, limit_bytes=9)  # type: ignore[arg-type]
+    assert head == "line 0\nli"
 
 
 def test_the_variable_is_not_a_config_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

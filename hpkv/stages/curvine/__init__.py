@@ -24,6 +24,8 @@ Modules: :mod:`.values` (configuration, pure helpers and the generated Helm valu
 
 from __future__ import annotations
 
+from hpkv.aws import addon_plan, irsa
+from hpkv.stages.base import IamNeed
 from hpkv.stages.curvine.stage import CurvineStage
 from hpkv.stages.curvine.values import (
     CONFIG_DEFAULTS,
@@ -46,9 +48,17 @@ from hpkv.stages.curvine.values import (
     worker_capacity_gi,
 )
 
+# What stage 3 calls for 'hpkv diagnose --iam': the EBS CSI add-on and its IRSA role
+# (hpkv.aws.addon_plan, irsa, ebs_csi), plus the DescribeCluster every command makes.
+IAM_ACTIONS: list[IamNeed] = [
+    *addon_plan.iam_needs("install and track the aws-ebs-csi-driver add-on"),
+    *irsa.iam_needs("the EBS CSI driver's IRSA role with the HyperPod volume permissions"),
+]
+
 __all__ = [
     "CONFIG_DEFAULTS",
     "CONFIG_SCHEMA",
+    "IAM_ACTIONS",
     "ChartSource",
     "CurvineStage",
     "GpuNode",

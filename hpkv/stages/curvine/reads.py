@@ -77,16 +77,15 @@ class CurvineReads(Stage):
 
     @cached_property
     def eks_cluster(self) -> dict[str, Any]:
-        from hpkv.aws import eks, sagemaker
+        from hpkv import reads
 
-        hyperpod = sagemaker.describe_cluster(self.ctx.aws, self.ctx.require_cluster())
-        eks_name = sagemaker.eks_cluster_name(hyperpod)
-        if not eks_name:
+        cluster = reads.eks_cluster(self.ctx)  # shared in a health run, afresh otherwise
+        if cluster is None:
             raise PreconditionFailed(
-                f"HyperPod cluster '{hyperpod.get('ClusterName')}' is not orchestrated by EKS",
+                f"HyperPod cluster '{self.ctx.require_cluster()}' is not orchestrated by EKS",
                 fix="hpkv supports HyperPod clusters with the EKS orchestrator only",
             )
-        return eks.describe_cluster(self.ctx.aws, eks_name)
+        return cluster
 
     @property
     def account(self) -> str:
@@ -100,12 +99,13 @@ class CurvineReads(Stage):
         return configured or ebs_csi.default_role_name(self.eks_cluster["name"])
 
     def gpu_nodes(self) -> list[GpuNode]:
-        from hpkv.kube import kube_errors
+        from hpkv import reads
 
-        with kube_errors("list HyperPod nodes"):
-            items = self.ctx.kube.core.list_node(
-                label_selector=f"{HYPERPOD_LABEL}={HYPERPOD_VALUE}"
-            ).items
+        items = [
+            n
+            for n in reads.nodes(self.ctx)
+            if (n.metadata.labels or {}).get(HYPERPOD_LABEL) == HYPERPOD_VALUE
+        ]
         nodes = []
         for node in items:
             capacity = (node.status.capacity if node.status else None) or {}
@@ -124,9 +124,9 @@ class CurvineReads(Stage):
         return sorted(nodes, key=lambda n: n.name)
 
     def pvc_namespaces(self) -> list[str]:
-        from hpkv.topology import list_endpoints
+        from hpkv import reads
 
-        namespaces = {ref.namespace for ref in list_endpoints(self.ctx.kube)}
+        namespaces = {ref.namespace for ref in reads.endpoint_refs(self.ctx)}
         namespaces.update(self.cfg["pvcNamespaces"])
         return sorted(namespaces)
 
@@ -161,12 +161,6 @@ class CurvineReads(Stage):
             desired=desired,
             needs_upgrade=helm.needs_upgrade(revision, chart, desired),
         )
-
-    def live_release(self, name: str) -> tuple[Any | None, dict[str, Any] | None]:
-        revision = self.ctx.helm.current_revision(name, self.namespace)
-        if revision is None:
-            return None, None
-        return revision, self.ctx.helm.release_values(revision)
 
     def _ensure(self, name: str, chart: Any, values: dict[str, Any]) -> Any:
         return self.ctx.helm.ensure(

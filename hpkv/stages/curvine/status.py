@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hpkv import reads
 from hpkv.errors import HpkvError
-from hpkv.stages.base import Check, CheckState
+from hpkv.stages.base import Check, CheckSpec, CheckState, Detector
 from hpkv.stages.curvine.reads import CurvineReads
 from hpkv.stages.curvine.values import (
     CSI_NODE_LABEL,
@@ -29,36 +30,116 @@ class CurvineStatus(CurvineReads):
 
     def status(self) -> list[Check]:
         self.cfg  # noqa: B018 - an invalid section fails before any API call
-        checks: list[Check] = []
-        runtime: Any | None = None
-        csi: Any | None = None
-        values: dict[str, Any] = {}
+        return self.run_check_functions()
+
+    def check_functions(self) -> list[CheckSpec]:
+        """The checks as independent parts (``hpkv status`` runs them side by side; Helm
+        releases, nodes and the master's overview are read once per run)."""
+        return [
+            CheckSpec(
+                "ebs-csi-addon",
+                lambda: self._guard(
+                    "ebs-csi-addon", lambda: self._addon_checks(self._runtime() is not None)
+                ),
+            ),
+            CheckSpec("releases", lambda: [self._releases_row()]),
+            CheckSpec("gpu-nodes", self._gpu_nodes_row),
+            CheckSpec("master-storage-class", self._master_class_row),
+            CheckSpec("master", self._master_rows),
+            CheckSpec("csi-node", self._csi_node_row),
+            CheckSpec("kernel", self._kernel_row),
+            CheckSpec("pvcs", lambda: self._guard("pvcs", lambda: [self._pvc_check()])),
+        ]
+
+    def installed(self) -> bool | None:
+        """The Curvine Helm release exists (its release Secrets or ConfigMaps, no helm run)."""
+        return bool(reads.helm_release_objects(self.ctx, self.namespace, self.release))
+
+    def namespaces(self) -> list[str]:
+        return [self.namespace]
+
+    def iam_roles(self) -> list[str]:
+        return [self.role_name]  # the EBS CSI driver's (the add-on's own role comes with it)
+
+    def detectors(self) -> list[Detector]:
+        from hpkv.stages.curvine import detectors
+
+        return detectors.detectors(self)  # type: ignore[arg-type]
+
+    # --- shared reads --------------------------------------------------------------------------
+    def live_release(self, name: str) -> tuple[Any | None, dict[str, Any] | None]:
+        """(revision, values) of a release, from Helm's storage objects (one list call, shared
+        in a health run; no helm process)."""
+        from hpkv.helm import stored_release
+
+        stored = stored_release(reads.helm_release_objects(self.ctx, self.namespace, name))
+        return (stored, stored.values) if stored is not None else (None, None)
+
+    def _runtime(self) -> Any | None:
+        """The runtime release's revision (None when absent or unreadable)."""
+        try:
+            return self.live_release(self.release)[0]
+        except HpkvError:
+            return None
+
+    def live_values(self) -> dict[str, Any]:
+        """The runtime release's values ({} when it is not installed)."""
+        return self.live_release(self.release)[1] or {}
+
+    def _nodes_or_none(self) -> list[GpuNode] | None:
+        try:
+            return self.gpu_nodes()
+        except HpkvError:
+            return None
+
+    def overview(self, values: dict[str, Any]) -> tuple[str, Any]:
+        """The Active master's /api/overview (where, JSON), read once per health run."""
+        return self.ctx.memo(
+            ("curvine:api/overview", self.namespace),
+            lambda: self.master_api("api/overview", values),
+        )
+
+    # --- rows ----------------------------------------------------------------------------------
+    def _releases_row(self) -> Check:
         try:
             runtime, live = self.live_release(self.release)
-            values = live or {}
             csi, _ = self.live_release(self.csi_release)
         except HpkvError as exc:
-            release_check = self.check("releases", CheckState.UNKNOWN, exc.one_line())
-        else:
-            release_check = self._release_check(runtime, values, csi)
-        checks += self._guard("ebs-csi-addon", lambda: self._addon_checks(runtime is not None))
-        checks.append(release_check)
-        nodes: list[GpuNode] | None = None
+            return self.check("releases", CheckState.UNKNOWN, exc.one_line())
+        return self._release_check(runtime, live or {}, csi)
+
+    def _gpu_nodes_row(self) -> list[Check]:
         try:
-            nodes = self.gpu_nodes()
+            self.gpu_nodes()
         except HpkvError as exc:
-            checks.append(self.check("gpu-nodes", CheckState.UNKNOWN, exc.one_line()))
-        if runtime is not None:
-            checks += self._guard(
-                "master-storage-class", lambda: [self._master_class_check(values)]
-            )
-            checks += self._cluster_checks(nodes, values)
-        if nodes is not None:
-            if csi is not None:
-                checks += self._guard("csi-node", lambda: [self._csi_node_check(nodes)])
-            checks.append(self._kernel_check(nodes))
-        checks += self._guard("pvcs", lambda: [self._pvc_check()])
-        return checks
+            return [self.check("gpu-nodes", CheckState.UNKNOWN, exc.one_line())]
+        return []
+
+    def _master_class_row(self) -> list[Check]:
+        if self._runtime() is None:
+            return []
+        return self._guard(
+            "master-storage-class", lambda: [self._master_class_check(self.live_values())]
+        )
+
+    def _master_rows(self) -> list[Check]:
+        if self._runtime() is None:
+            return []
+        return self._cluster_checks(self._nodes_or_none(), self.live_values())
+
+    def _csi_node_row(self) -> list[Check]:
+        nodes = self._nodes_or_none()
+        try:
+            csi, _ = self.live_release(self.csi_release)
+        except HpkvError:
+            csi = None
+        if nodes is None or csi is None:
+            return []
+        return self._guard("csi-node", lambda: [self._csi_node_check(nodes)])
+
+    def _kernel_row(self) -> list[Check]:
+        nodes = self._nodes_or_none()
+        return [] if nodes is None else [self._kernel_check(nodes)]
 
     def _guard(self, name: str, produce: Callable[[], list[Check]]) -> list[Check]:
         try:
@@ -71,7 +152,7 @@ class CurvineStatus(CurvineReads):
         from hpkv.aws import ebs_csi, eks
 
         cluster = self.eks_cluster["name"]
-        addon = eks.describe_addon(self.ctx.aws, cluster, ebs_csi.ADDON_NAME)
+        addon = reads.addon(self.ctx, ebs_csi.ADDON_NAME)
         if addon is None:
             if self._self_managed_ebs_driver():
                 return [
@@ -124,7 +205,7 @@ class CurvineStatus(CurvineReads):
                 "run 'hpkv curvine apply' to give it one",
             )
         role = iam.role_name(role_arn)
-        policy = iam.inline_policy(self.ctx.aws, role, ebs_csi.INLINE_POLICY_NAME)
+        policy = reads.inline_policy(self.ctx, role, ebs_csi.INLINE_POLICY_NAME)
         if policy is None or not iam.same_document(policy, ebs_csi.hyperpod_volume_policy()):
             return self.check(
                 name,
@@ -161,9 +242,8 @@ class CurvineStatus(CurvineReads):
             if revision is None:
                 missing.append(f"{label} not installed")
                 continue
-            status = str(getattr(revision.status, "value", revision.status))
-            metadata = self.ctx.helm.run(revision.chart_metadata(), "read the release's chart")
-            parts.append(f"{label} {metadata.version} revision {revision.revision} {status}")
+            status = revision.status
+            parts.append(f"{label} {revision.chart_version} revision {revision.revision} {status}")
             failed = failed or status != "deployed"
         flags = [k for k, v in format_flags(runtime_values).items() if v]
         if runtime is not None and flags:
@@ -256,7 +336,7 @@ class CurvineStatus(CurvineReads):
 
     def _cluster_checks(self, nodes: list[GpuNode] | None, values: dict[str, Any]) -> list[Check]:
         try:
-            where, overview = self.master_api("api/overview", values)
+            where, overview = self.overview(values)
         except HpkvError as exc:
             return [
                 self.check(

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpkv import topology
+from hpkv import reads, topology
 from hpkv.context import poll_interval
 from hpkv.errors import (
     ApiError,
@@ -55,7 +55,10 @@ from hpkv.stages.base import (
     Action,
     ApplyResult,
     Check,
+    CheckSpec,
     CheckState,
+    Detector,
+    IamNeed,
     Plan,
     PlanDeferred,
     Stage,
@@ -87,6 +90,7 @@ from hpkv.stages.l2.wiring import (
     MANAGED_LABELS,
     MECHANISMS,
     MODES,
+    PATCH_ORIGINAL_ANNOTATION,
     PATCH_STATE_CONFIGMAP,
     POLICY_KIND,
     REMOTE_URL_ENV,
@@ -182,6 +186,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
         },
     },
 }
+# Stage 4 talks to Kubernetes only (plus the DescribeCluster every command makes).
+IAM_ACTIONS: list[IamNeed] = []
+
 CONFIG_DEFAULTS: dict[str, Any] = {
     "mode": "policy",
     "mechanism": "auto",
@@ -198,6 +205,14 @@ CONFIG_DEFAULTS: dict[str, Any] = {
         "chartVersion": KYVERNO_CHART_VERSION,
         "namespace": KYVERNO_NAMESPACE,
     },
+}
+
+
+START_LOG_BYTES = 4 * 1024 * 1024
+POLICY_PLURALS = {
+    POLICY_KIND: "mutatingadmissionpolicies",
+    BINDING_KIND: "mutatingadmissionpolicybindings",
+    KYVERNO_KIND: "clusterpolicies",
 }
 
 
@@ -254,6 +269,7 @@ class EndpointReport:
     pods: list[PodWiring] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    deployment: dict[str, Any] | None = None
 
     @property
     def state(self) -> CheckState:
@@ -323,7 +339,7 @@ class L2Stage(Stage):
     def serves(self, api_version: str, kind: str) -> bool:
         key = f"{api_version}/{kind}"
         if key not in self._served:
-            self._served[key] = self.ctx.kube.serves(api_version, kind)
+            self._served[key] = reads.serves(self.ctx, api_version, kind)
         return self._served[key]
 
     def available_mechanism(self) -> str:
@@ -335,7 +351,7 @@ class L2Stage(Stage):
 
     def endpoints(self, selected: Sequence[str] | None = None) -> list[EndpointRef]:
         """The endpoints named by ``--endpoint`` (NAME or NAMESPACE/NAME), or all of them."""
-        known = topology.list_endpoints(self.ctx.kube)
+        known = reads.endpoint_refs(self.ctx)
         if not selected:
             return known
         chosen: list[EndpointRef] = []
@@ -362,15 +378,13 @@ class L2Stage(Stage):
         return self.ctx.kube.api_client.sanitize_for_serialization(obj)
 
     def _read_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from hpkv.kube import is_status, kube_errors
-
-        with kube_errors(f"read Deployment {namespace}/{name}"):
-            try:
-                return self._plain(self.ctx.kube.apps.read_namespaced_deployment(name, namespace))
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return None
-                raise
+        deployment = reads.optional(
+            self.ctx,
+            ("kube:deployment", namespace, name),
+            f"Deployment {namespace}/{name}",
+            lambda: self.ctx.kube.apps.read_namespaced_deployment(name, namespace),
+        )
+        return None if deployment is None else self._plain(deployment)
 
     def deployment(self, ref: EndpointRef) -> dict[str, Any] | None:
         """The endpoint's worker Deployment (named after the endpoint, in its namespace)."""
@@ -380,10 +394,15 @@ class L2Stage(Stage):
         """The endpoint's pods (label app=<endpoint>), terminating ones excluded."""
         from hpkv.kube import kube_errors
 
-        with kube_errors(f"list the pods of {ref}"):
-            items = self.ctx.kube.core.list_namespaced_pod(
-                ref.namespace, label_selector=f"app={ref.name}"
-            ).items
+        def load() -> list[Any]:
+            with kube_errors(f"list the pods of {ref}"):
+                return list(
+                    self.ctx.kube.core.list_namespaced_pod(
+                        ref.namespace, label_selector=f"app={ref.name}"
+                    ).items
+                )
+
+        items = self.ctx.memo(("kube:pods", ref.namespace, f"app={ref.name}"), load)
         pods = [self._plain(p) for p in items]
         return sorted(
             (p for p in pods if not p["metadata"].get("deletionTimestamp")),
@@ -391,75 +410,148 @@ class L2Stage(Stage):
         )
 
     def pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from hpkv.kube import is_status, kube_errors
-
-        with kube_errors(f"read PersistentVolumeClaim {namespace}/{name}"):
-            try:
-                return self._plain(
-                    self.ctx.kube.core.read_namespaced_persistent_volume_claim(name, namespace)
-                )
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return None
-                raise
+        pvc = reads.optional(
+            self.ctx,
+            ("kube:pvc", namespace, name),
+            f"PersistentVolumeClaim {namespace}/{name}",
+            lambda: self.ctx.kube.core.read_namespaced_persistent_volume_claim(name, namespace),
+        )
+        return None if pvc is None else self._plain(pvc)
 
     def _read_optional(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
-        from hpkv.kube import objects
+        """A cluster-scoped policy object by name (None when absent or its API is not served):
+        one GET, no API discovery."""
+        group, version = api_version.split("/")
+        plural = POLICY_PLURALS[kind]
+        return reads.optional(
+            self.ctx,
+            ("kube:custom", api_version, plural, name),
+            f"{kind} {name}",
+            lambda: self.ctx.kube.custom.get_cluster_custom_object(group, version, plural, name),
+        )
 
-        if not self.serves(api_version, kind):
-            return None
-        return objects.read(self.ctx.kube, api_version, kind, name)
+    def managed_policies(self) -> list[dict[str, Any]]:
+        """Every admission policy and Kyverno ClusterPolicy hpkv created (any endpoint)."""
+        from hpkv.concurrency import fan_out
+
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_LABELS.items())
+        lists = fan_out(
+            [
+                lambda api=api, kind=kind: reads.custom_objects(
+                    self.ctx, api, POLICY_PLURALS[kind], selector
+                )
+                for api, kind in ((ADMISSION_API, POLICY_KIND), (KYVERNO_API, KYVERNO_KIND))
+            ]
+        )
+        return [item for items in lists for item in items]
 
     def policy_objects(self, ref: EndpointRef) -> dict[str, dict[str, Any] | None]:
+        from hpkv.concurrency import fan_out
+
         name = object_name(ref)
-        return {
-            POLICY_KIND: self._read_optional(ADMISSION_API, POLICY_KIND, name),
-            BINDING_KIND: self._read_optional(ADMISSION_API, BINDING_KIND, name),
-            KYVERNO_KIND: self._read_optional(KYVERNO_API, KYVERNO_KIND, name),
-        }
+        kinds = ((ADMISSION_API, POLICY_KIND), (ADMISSION_API, BINDING_KIND))
+        kinds += ((KYVERNO_API, KYVERNO_KIND),)
+        found = fan_out(
+            [lambda a=api, k=kind: self._read_optional(a, k, name) for api, kind in kinds]
+        )
+        return {kind: obj for (_api, kind), obj in zip(kinds, found, strict=True)}
 
     def _state_name(self, ref: EndpointRef) -> str:
         return f"{PATCH_STATE_CONFIGMAP}-{ref.name}"[:253]
 
     def patch_state(self, ref: EndpointRef) -> dict[str, str] | None:
         """What an unfinished ``--mode patch`` run recorded (replica counts to restore), or None."""
-        from hpkv.kube import is_status, kube_errors
-
-        with kube_errors(f"read ConfigMap {ref.namespace}/{self._state_name(ref)}"):
-            try:
-                cm = self.ctx.kube.core.read_namespaced_config_map(
-                    self._state_name(ref), ref.namespace
-                )
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return None
-                raise
-        return dict(cm.data or {})
+        name = self._state_name(ref)
+        cm = reads.optional(
+            self.ctx,
+            ("kube:configmap", ref.namespace, name),
+            f"ConfigMap {ref.namespace}/{name}",
+            lambda: self.ctx.kube.core.read_namespaced_config_map(name, ref.namespace),
+        )
+        return None if cm is None else dict(cm.data or {})
 
     # --- status --------------------------------------------------------------------------------
     def status(
         self, endpoints: Sequence[str] | None = None, *, probe: bool | None = None
     ) -> list[Check]:
-        checks = [self._admission_check()]
+        with self.ctx.shared_reads():
+            return [self._admission_check(), *self._endpoint_checks(endpoints, probe=probe)]
+
+    def check_functions(self) -> list[CheckSpec]:
+        """For ``hpkv status``: the admission API, then every endpoint's wiring rows (endpoints
+        checked side by side, the pods of each probed side by side)."""
+        return [
+            CheckSpec("admission", lambda: [self._admission_check()]),
+            CheckSpec("endpoints", lambda: self._endpoint_checks(None)),
+        ]
+
+    def _endpoint_checks(
+        self, endpoints: Sequence[str] | None, *, probe: bool | None = None
+    ) -> list[Check]:
         refs = self.endpoints(endpoints)
         if not refs:
-            checks.append(
+            return [
                 self.check(
                     "endpoints",
                     CheckState.WARN,
                     "no InferenceEndpointConfigs in the cluster",
                     "deploy an inference endpoint first (stage 2), then run 'hpkv l2 apply'",
                 )
-            )
-        for ref in refs:
-            checks += self.report(ref, probe=probe).checks
-        return checks
+            ]
+        return [check for report in self.reports(endpoints, probe=probe) for check in report.checks]
+
+    def installed(self) -> bool | None:
+        """An admission policy hpkv created exists, or an endpoint's Deployment carries the
+        ``--mode patch`` wiring."""
+        from hpkv.concurrency import fan_out
+
+        def endpoints() -> list[dict[str, Any] | None]:
+            # Each endpoint's reads are what its checks read first: made now, side by side with
+            # the policy lists, they are shared when the checks run.
+            refs = self.endpoints()
+            fan_out([lambda ref=ref: self._prefetch(ref) for ref in refs])
+            return [self.deployment(ref) for ref in refs]
+
+        policies, deployments = fan_out([self.managed_policies, endpoints])
+        if policies:
+            return True
+        return any(self._patch_applied(d) for d in deployments if d is not None)
+
+    def _prefetch(self, ref: EndpointRef) -> None:
+        from hpkv.concurrency import fan_out
+
+        wiring = self.wiring()
+        fan_out(
+            [
+                lambda: self.policy_objects(ref),
+                lambda: self.deployment(ref),
+                lambda: self.pods(ref),
+                lambda: self.patch_state(ref),
+                lambda: self.pvc(ref.namespace, wiring.pvc_name),
+            ]
+        )
+
+    @staticmethod
+    def _patch_applied(deployment: dict[str, Any]) -> bool:
+        annotations = deployment["metadata"].get("annotations") or {}
+        return PATCH_ORIGINAL_ANNOTATION in annotations
+
+    def namespaces(self) -> list[str]:
+        return sorted({ref.namespace for ref in self.endpoints()})
+
+    def detectors(self) -> list[Detector]:
+        from hpkv.stages.l2 import detectors
+
+        return detectors.detectors(self)
 
     def reports(
         self, endpoints: Sequence[str] | None = None, *, probe: bool | None = None
     ) -> list[EndpointReport]:
-        """Per-endpoint wiring reports (for ``hpkv status`` / ``hpkv diagnose``)."""
-        return [self.report(ref, probe=probe) for ref in self.endpoints(endpoints)]
+        """Per-endpoint wiring reports (for ``hpkv status`` / ``hpkv diagnose``), side by side."""
+        from hpkv.concurrency import fan_out
+
+        refs = self.endpoints(endpoints)
+        return fan_out([lambda ref=ref: self.report(ref, probe=probe) for ref in refs])
 
     def _admission_check(self) -> Check:
         preference = self.config()["mechanism"]
@@ -478,10 +570,20 @@ class L2Stage(Stage):
 
     def report(self, ref: EndpointRef, *, probe: bool | None = None) -> EndpointReport:
         """Check one endpoint's wiring: mechanism, PVC, replica consistency, stale pods, pods."""
+        from hpkv.concurrency import fan_out
+
         wiring = self.wiring()
         fingerprint = wiring.fingerprint(ref)
-        objs = self.policy_objects(ref)
-        deployment = self.deployment(ref)
+        # The reads are independent: side by side (one after another with a 1-worker runner).
+        objs, deployment, pods, state, pvc = fan_out(
+            [
+                lambda: self.policy_objects(ref),
+                lambda: self.deployment(ref),
+                lambda: self.pods(ref),
+                lambda: self.patch_state(ref),
+                lambda: self.pvc(ref.namespace, wiring.pvc_name),
+            ]
+        )
         patched = False
         if deployment is not None:
             template = deployment["spec"]["template"]
@@ -498,18 +600,17 @@ class L2Stage(Stage):
             and (live["metadata"].get("annotations") or {}).get(WIRING_ANNOTATION) == fingerprint
         )
         report = EndpointReport(ref, mechanism, current, patched)
-        report.pods = [inspect_pod(p, ref.name, wiring) for p in self.pods(ref)]
+        report.pods = [inspect_pod(p, ref.name, wiring) for p in pods]
+        report.deployment = deployment
         if self._probing(probe):
-            for pod in report.pods:
-                self._probe_pod(pod, wiring)
+            fan_out([lambda pod=pod: self._probe_pod(pod, wiring) for pod in report.pods])
         present = bool(mechanism)
         report.stale = [p.name for p in report.pods if present and p.fingerprint != fingerprint]
-        state = self.patch_state(ref)
         if state is not None:
             report.checks.append(self._paused_check(ref, state))
         report.checks.append(self._mechanism_check(ref, report, objs, deployment))
         in_use = present or any(p.wired(wiring) for p in report.pods)
-        report.checks.append(self._pvc_check(ref, wiring, relevant=in_use))
+        report.checks.append(self._pvc_check(ref, wiring, pvc, relevant=in_use))
         report.checks.append(self._consistency_check(ref, report.pods, wiring))
         if present:
             report.checks.append(self._stale_check(ref, report))
@@ -585,10 +686,11 @@ class L2Stage(Stage):
             name, CheckState.WARN, f"not wired to the Curvine L2{rendered}", apply_fix
         )
 
-    def _pvc_check(self, ref: EndpointRef, wiring: Wiring, *, relevant: bool) -> Check:
+    def _pvc_check(
+        self, ref: EndpointRef, wiring: Wiring, pvc: dict[str, Any] | None, *, relevant: bool
+    ) -> Check:
         name = f"pvc {ref.namespace}/{wiring.pvc_name}"
         bad = CheckState.FAIL if relevant else CheckState.WARN
-        pvc = self.pvc(ref.namespace, wiring.pvc_name)
         if pvc is None:
             return self.check(
                 name,
@@ -697,6 +799,7 @@ class L2Stage(Stage):
 
     def _probe_pod(self, pod: PodWiring, wiring: Wiring) -> None:
         """Exec a write/read probe in the mount and scan the start-up log (Running pods only)."""
+        from hpkv.kube import podlogs
         from hpkv.kube.podio import PodIO
 
         if pod.phase != "Running" or not pod.wired(wiring) or pod.mount_volume is None:
@@ -720,9 +823,20 @@ class L2Stage(Stage):
                     f"probe write/read in {wiring.mount_path} failed (exit {result.rc}): {detail}"
                 )
         try:
-            log = io.logs(pod.namespace, pod.name, pod.container)
+            log = podlogs.read_log(
+                self.ctx.kube,
+                pod.namespace,
+                pod.name,
+                pod.container,
+                tail_lines=None,
+                limit_bytes=START_LOG_BYTES,  # start-up messages come first
+                timeout=20.0,
+            )
         except HpkvError as exc:
             pod.log_state, pod.log_evidence = CheckState.UNKNOWN, f"logs not read: {exc.message}"
+            return
+        if log is None:
+            pod.log_state, pod.log_evidence = CheckState.OK, "no log to scan yet"
             return
         degraded = DEGRADED_PATTERN.search(log)
         if degraded:
