@@ -16,6 +16,7 @@ import re
 import threading
 from collections.abc import Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpkv import __version__
@@ -94,16 +95,28 @@ class AwsClients:
 
     @cached_property
     def region(self) -> str:
-        # Not checked against botocore's region list here: loading its endpoint data costs
-        # 50-130 ms on every run. A mistyped region shows up as an endpoint connection error,
-        # and translate_errors names the closest known region then (region_hint).
         region = self.session.region_name
         if not region:
             raise UsageError(
                 "no AWS region configured",
                 fix="pass --region (e.g. us-west-2), set 'region:' in hpkv.yaml or export AWS_REGION",
             )
+        self._check_region(region)
         return region
+
+    def _check_region(self, region: str) -> None:
+        """A mistyped region is a usage error naming the closest one; a region botocore does not
+        list yet (a new one) is tried after a warning."""
+        known = _known_regions()
+        if not known or region in known:
+            return
+        close = difflib.get_close_matches(region, sorted(known), n=1, cutoff=0.75)
+        if close:
+            raise UsageError(
+                f"unknown AWS region '{region}'", fix=f"did you mean --region {close[0]}?"
+            )
+        if self.reporter is not None:
+            self.reporter.warn(f"region '{region}' is not in botocore's region list; trying it")
 
     def _config(self) -> Any:
         from botocore.config import Config
@@ -270,13 +283,23 @@ def region_hint(endpoint_url: str) -> str | None:
 
 @functools.cache
 def _known_regions() -> frozenset[str]:
-    import botocore.session
+    """The regions of every partition botocore knows (its small partitions.json: reading the
+    full endpoint data would cost 50-130 ms on every run)."""
+    import json
 
-    session = botocore.session.get_session()
-    known: set[str] = set()
-    for partition in session.get_available_partitions():
-        known.update(session.get_available_regions("sagemaker", partition))
-    return frozenset(known)
+    import botocore
+
+    path = Path(botocore.__file__).parent / "data" / "partitions.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(
+        region
+        for partition in data.get("partitions", [])
+        for region in partition.get("regions", {})
+        if not region.endswith("-global")
+    )
 
 
 def _client_error(exc: BaseException, action: str) -> HpkvError:

@@ -34,6 +34,12 @@ def describe_cluster(aws: AwsClients, name: str) -> dict[str, Any]:
     return response
 
 
+def list_clusters(aws: AwsClients) -> list[dict[str, Any]]:
+    with translate_errors("sagemaker:ListClusters"):
+        paginator = aws.sagemaker.get_paginator("list_clusters")
+        return [c for page in paginator.paginate() for c in page.get("ClusterSummaries", [])]
+
+
 def eks_cluster_arn(cluster: dict[str, Any]) -> str | None:
     return (cluster.get("Orchestrator") or {}).get("Eks", {}).get("ClusterArn")
 

@@ -425,13 +425,14 @@ def _ask_sections(facts: Any, asking: bool) -> dict[str, dict[str, Any]]:
 
     found = discovered_section_values(facts)
     answers: dict[str, dict[str, Any]] = {}
-    if not asking:
-        return answers
     from hpkv.config.schema import validate
 
     for key, (question, default) in QUESTIONS.items():
         section, field = key.split(".", 1)
         if field in found.get(section, {}):
+            continue
+        if not asking:  # --yes, or no terminal: the default answer, written as set
+            answers.setdefault(section, {})[field] = default
             continue
         while True:
             value = typer.prompt(question, default=default, type=type(default), err=True)

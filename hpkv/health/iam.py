@@ -41,6 +41,11 @@ COMMON_ACTIONS: list[IamNeed] = [
     IamNeed("eks:DescribeCluster", EKS_CLUSTER, "EKS endpoint and CA for Kubernetes access"),
 ]
 
+INIT_ACTIONS: list[IamNeed] = [
+    IamNeed("sagemaker:ListClusters", "*", "hpkv init: find the HyperPod clusters"),
+    IamNeed("sagemaker:ListClusterNodes", CLUSTER, "hpkv init: count GPU nodes and instance types"),
+]
+
 DIAGNOSE_ACTIONS: list[IamNeed] = [
     IamNeed("iam:SimulatePrincipalPolicy", "{caller_arn}", "this preflight"),
     IamNeed("iam:GetRole", ROLES, "role trust policies for the support bundle"),
@@ -49,7 +54,7 @@ DIAGNOSE_ACTIONS: list[IamNeed] = [
 ]
 
 # Stage modules outside hpkv.stages.STAGES (no apply/remove) that export IAM_ACTIONS too.
-EXTRA_IAM_MODULES: list[tuple[str, str]] = [("bench", "hpkv.bench")]
+EXTRA_IAM_MODULES: list[tuple[str, str]] = []
 
 EBS_CSI_ROLE_ACTIONS: list[IamNeed] = [
     IamNeed(
@@ -74,6 +79,7 @@ def stage_actions(only: Sequence[str] | None = None) -> dict[str, list[IamNeed]]
     modules = [(name, module) for name, module, _cls in STAGES] + EXTRA_IAM_MODULES
     for name, module in modules:
         groups[name] = list(importlib.import_module(module).IAM_ACTIONS)
+    groups["init"] = list(INIT_ACTIONS)
     groups["diagnose"] = list(DIAGNOSE_ACTIONS)
     if only:
         groups = {k: v for k, v in groups.items() if k in only or k == "common"}

@@ -161,8 +161,7 @@ def _removable(cls: type[Stage]) -> bool:
 def stage_findings(stage: Stage) -> list[Check]:
     """What is wrong with ``stage`` now: its diagnose findings, as non-OK checks.
 
-    ``hpkv.diagnose.findings_for_stage(ctx, name)`` answers alone when it exists. Otherwise the
-    findings are those of ``hpkv diagnose``'s detectors for the stage
+    The findings are those of ``hpkv diagnose``'s detectors for the stage
     (``hpkv.health.diagnose.run_detectors``, when that module exists) followed by the stage's own
     ``diagnose()`` or, without one, its non-OK ``status()`` checks. Never raises: a diagnose that
     cannot run is reported as an UNKNOWN finding, so the failure being reported stays the one shown.
@@ -196,9 +195,6 @@ def _optional(module: str, attribute: str) -> Any:
 
 
 def _diagnose(stage: Stage) -> list[Check]:
-    finder = _optional("hpkv.diagnose", "findings_for_stage")
-    if finder is not None:
-        return list(finder(stage.ctx, stage.name))
     checks = _detector_findings(stage)
     diagnose = getattr(stage, "diagnose", None)
     if callable(diagnose):
@@ -213,7 +209,7 @@ def _detector_findings(stage: Stage) -> list[Check]:
     """``hpkv diagnose``'s findings for this stage, as checks (none without that module)."""
     run_detectors = _optional("hpkv.health.diagnose", "run_detectors")
     new_report = _optional("hpkv.health.diagnose", "new_report")
-    if run_detectors is None or new_report is None:
+    if run_detectors is None or new_report is None or not stage.detectors():
         return []
     report = run_detectors(stage.ctx, new_report(stage.ctx), only=[stage.name])
     checks = [

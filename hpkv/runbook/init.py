@@ -312,9 +312,15 @@ def render_config(account: Account, facts: ClusterFacts, answers: InitAnswers) -
     ]
     discovered = discovered_section_values(facts)
     for section, cls, schema, defaults in stage_sections():
-        values = {**defaults, **discovered.get(section, {}), **answers.sections.get(section, {})}
+        chosen = {**discovered.get(section, {}), **answers.sections.get(section, {})}
+        values = {**defaults, **chosen}
         lines += ["", f"# Stage {cls.number}: {cls.title} ('hpkv {cls.name}', 'hpkv up')."]
-        lines += _section_lines(section, schema, values, [section], found=discovered.get(section))
+        if not chosen:
+            lines.append("# Defaults, documented here and not set: uncomment a key to change it.")
+        section_lines = _section_lines(
+            section, schema, values, [section], found=discovered.get(section), chosen=set(chosen)
+        )
+        lines += section_lines if chosen else [_commented(section_lines[0]), *section_lines[1:]]
     lines += ["", *_sizing_lines(facts)]
     return "\n".join(lines) + "\n"
 
@@ -337,8 +343,11 @@ def _section_lines(
     path: list[str],
     *,
     found: dict[str, Any] | None = None,
+    chosen: set[str] | None = None,
     indent: str = "",
 ) -> list[str]:
+    """The section's keys, each under its description; a key not in ``chosen`` (when given) is
+    written commented out: documented with its default, not set, so later defaults still apply."""
     lines = [f"{indent}{section}:"]
     inner = indent + "  "
     props = schema.get("properties", {})
@@ -348,10 +357,21 @@ def _section_lines(
         note = " (found on the cluster)" if found and key in found else ""
         lines.append(f"{inner}# {description}{note} ({_env([*path, key])})")
         if isinstance(value, dict) and value:
-            lines += _section_lines(key, sub, value, [*path, key], indent=inner)
+            block = _section_lines(key, sub, value, [*path, key], indent=inner)
         else:
-            lines.append(_kv(key, value, inner))
+            block = [_kv(key, value, inner)]
+        if chosen is not None and key not in chosen:
+            block = [_commented(line) for line in block]
+        lines += block
     return lines
+
+
+def _commented(line: str) -> str:
+    """A YAML line turned into a comment at the same indentation (comments stay as they are)."""
+    stripped = line.lstrip()
+    if stripped.startswith("#"):
+        return line
+    return f"{line[: len(line) - len(stripped)]}# {stripped}"
 
 
 def _sizing_lines(facts: ClusterFacts) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpkv.bench import IAM_ACTIONS
 from hpkv.errors import HpkvError
 from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, PlanDeferred, Stage, Verb
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from hpkv.topology import EndpointRef
 
 SCENARIOS = ["cross-pod"]
+
+__all__ = ["IAM_ACTIONS", "BenchStage"]
 
 
 class BenchStage(Stage):

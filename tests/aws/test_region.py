@@ -1,5 +1,5 @@
-"""A mistyped region: named with the closest known one, but only when a connection failed (the
-region list is not loaded on every run)."""
+"""A mistyped region: refused up front with the closest known one; a failed connection to an
+unknown region's endpoint names it too."""
 
 from __future__ import annotations
 
@@ -26,18 +26,34 @@ def test_known_regions_and_other_endpoints_get_no_hint() -> None:
     assert region_hint("") is None
 
 
-def test_creating_clients_does_not_load_the_region_list(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The 50-130 ms of botocore endpoint data are spent only on a failure."""
-    from hpkv.aws import AwsClients, _known_regions
+def _clients(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, region: str) -> object:
+    from hpkv.aws import AwsClients
     from hpkv.config import Settings
 
-    _known_regions.cache_clear()
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x" * 40)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    clients = AwsClients(Settings({"region": "us-wset-2"}))
-    assert clients.region == "us-wset-2"
-    clients.client("sagemaker")
-    assert _known_regions.cache_info().currsize == 0
+    return AwsClients(Settings({"region": region}))
+
+
+def test_a_mistyped_region_is_refused_before_any_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Checked against botocore's small partitions.json (not its endpoint data) on every run,
+    so a typo never reaches an AWS endpoint (or a custom endpoint that accepts any region)."""
+    from hpkv.errors import UsageError
+
+    clients = _clients(monkeypatch, tmp_path, "us-wset-2")
+    with pytest.raises(UsageError) as caught:
+        _ = clients.region  # type: ignore[attr-defined]
+    assert caught.value.one_line() == (
+        "unknown AWS region 'us-wset-2'. Fix: did you mean --region us-west-2?"
+    )
+    assert _clients(monkeypatch, tmp_path, "eu-west-1").region == "eu-west-1"  # type: ignore[attr-defined]
+
+
+def test_a_region_botocore_does_not_list_yet_is_tried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clients = _clients(monkeypatch, tmp_path, "zz-nowhere-9")
+    assert clients.region == "zz-nowhere-9"  # type: ignore[attr-defined]

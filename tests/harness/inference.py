@@ -47,6 +47,28 @@ FSX_NODE_DAEMONSET = "fsx-csi-node"  # in kube-system
 CONVERSION_WEBHOOK = "hyperpod-inference-conversion-webhook"  # the CRDs' conversion Service
 
 
+ALB_POLICY = "AWSLoadBalancerControllerIAMPolicy"
+
+
+def create_alb_policy(aws: Any) -> None:
+    """The AWS Load Balancer Controller policy, created once per account as the controller's
+    install guide says (hpkv's ALB role attaches it; it is not an AWS managed policy)."""
+    iam = aws.client("iam")
+    if any(p["PolicyName"] == ALB_POLICY for p in iam.list_policies(Scope="Local")["Policies"]):
+        return
+    iam.create_policy(
+        PolicyName=ALB_POLICY,
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Action": "elasticloadbalancing:*", "Resource": "*"}
+                ],
+            }
+        ),
+    )
+
+
 def upstream_crd(shared_dir: Path, filename: str) -> dict[str, Any]:
     text = (shared_dir / "upstream" / "hyperpod-inference-operator" / filename).read_text()
     for placeholder, value in TEMPLATE_VALUES.items():

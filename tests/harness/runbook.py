@@ -175,24 +175,13 @@ TIERED_STORAGE = StageHarness(
 
 
 # --- stage 2: the inference operator -------------------------------------------------------------
-ALB_POLICY = "AWSLoadBalancerControllerIAMPolicy"
 TLS_BUCKET = "hyperpod-tls-demo-123456789012"
 
 
 def _operator_prepare(world: RunbookWorld) -> None:
-    from tests.harness.inference import AddonPlayer
+    from tests.harness.inference import AddonPlayer, create_alb_policy
 
-    world.aws.client("iam").create_policy(
-        PolicyName=ALB_POLICY,
-        PolicyDocument=json.dumps(
-            {
-                "Version": "2012-10-17",
-                "Statement": [
-                    {"Effect": "Allow", "Action": "elasticloadbalancing:*", "Resource": "*"}
-                ],
-            }
-        ),
-    )
+    create_alb_policy(world.aws)
     eks = world.aws.extensions["eks"]
     AddonPlayer(world.kube, world.shared_dir, eks)
 

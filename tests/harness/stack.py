@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.harness.cli import CliResult
 from tests.harness.curvine import CurvinePlayer, MasterStub, seed_aws_managed_policy
-from tests.harness.inference import AddonPlayer, play_service_endpoints
+from tests.harness.inference import AddonPlayer, create_alb_policy, play_service_endpoints
 from tests.harness.play import add_pod, ensure_namespace, write_pod_log
 from tests.harness.scenario import Scenario
 from tests.harness.workloads import (
@@ -200,17 +200,7 @@ class Stack:
         """``hpkv <stage> apply --yes``; with ``check`` a failure fails the test."""
         if stage == "operator" and not self._alb_policy:
             self._alb_policy = True  # created once per account, as its install guide says
-            self.aws.client("iam").create_policy(
-                PolicyName="AWSLoadBalancerControllerIAMPolicy",
-                PolicyDocument=json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {"Effect": "Allow", "Action": "elasticloadbalancing:*", "Resource": "*"}
-                        ],
-                    }
-                ),
-            )
+            create_alb_policy(self.aws)
         result = self.scenario.hpkv(stage, "apply", "--cluster", "demo", "--yes")
         if check and result.exit_code != 0:
             raise AssertionError(f"hpkv {stage} apply failed:\n{result}")

@@ -192,6 +192,7 @@ def test_every_stage_has_an_action_list() -> None:
         "curvine",
         "l2",
         "bench",
+        "init",
         "diagnose",
     ]
     assert {n.action for n in groups["tiered-storage"]} == {

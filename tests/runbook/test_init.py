@@ -12,6 +12,7 @@ import yaml
 
 from hpkv.config import load_settings
 from tests.harness.cli import run_on_tty
+from tests.harness.inference import create_alb_policy
 from tests.harness.scenario import Scenario
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
@@ -59,6 +60,7 @@ def test_init_discovers_everything_and_writes_a_commented_file(scenario: Scenari
     assert settings.cluster == "demo" and settings.context == "hpkv-test"
     assert "wrote hpkv.yaml: cluster demo in us-west-2, 2 x ml.g6e.4xlarge" in result.stdout
     # the file it wrote drives the next command
+    create_alb_policy(scenario.aws)  # the one prerequisite 'hpkv up' cannot create
     plan = scenario.hpkv("up", "--dry-run")
     assert plan.exit_code == 0, plan
     assert "sagemaker cluster/demo" in plan.stdout

@@ -49,6 +49,11 @@ def _bare_run(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[s
     return out, modules & HEAVY
 
 
+def _default_stages() -> list[str]:
+    """What `up` runs without --bench: every stage but the optional benchmark."""
+    return [name for name in stage_names() if not stage_class(name).optional]
+
+
 def test_offline_dry_run_needs_no_credentials_and_calls_no_api(tmp_path: Path) -> None:
     out, heavy = _bare_run(["up", "--offline", "--dry-run"], tmp_path)
     assert out.returncode == 0, out.stderr
@@ -56,8 +61,13 @@ def test_offline_dry_run_needs_no_credentials_and_calls_no_api(tmp_path: Path) -
     text = out.stdout
     assert "offline plan for HyperPod cluster 'example' in us-west-2" in text
     assert "2 x ml.g6e.4xlarge; EKS example-eks 1.33" in text
-    for index, name in enumerate(stage_names(), 1):
-        assert f"stage {index}/{len(stage_names())}: {name}" in text
+    stages = _default_stages()
+    assert stages == ["tiered-storage", "operator", "curvine", "l2"]
+    for index, name in enumerate(stages, 1):
+        assert f"stage {index}/{len(stages)}: {name}" in text
+    assert "bench" not in [
+        line.split(": ")[1] for line in text.splitlines() if "stage " in line[:7]
+    ]
     assert "sagemaker cluster/example TieredStorageConfig" in text
     assert "not configured -> Enable at 20%" in text
     assert "dry run: nothing was changed" in text
@@ -69,7 +79,18 @@ def test_offline_json_is_one_document(tmp_path: Path) -> None:
     payload = json.loads(out.stdout)
     assert payload["offline"] is True and payload["dryRun"] is True and payload["applied"] is False
     assert payload["profile"]["name"] == "example"
-    assert [s["stage"] for s in payload["stages"]] == stage_names()
+    assert [s["stage"] for s in payload["stages"]] == _default_stages()
+
+
+def test_offline_dry_run_with_bench_shows_all_five_stages(tmp_path: Path) -> None:
+    out, heavy = _bare_run(["up", "--offline", "--dry-run", "--bench"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert heavy == set()
+    names = stage_names()
+    assert len(names) == 5
+    for index, name in enumerate(names, 1):
+        assert f"stage {index}/5: {name}" in out.stdout
+    assert "run the cross-pod scenario" in out.stdout
 
 
 @pytest.mark.parametrize("stage", stage_names())

@@ -16,6 +16,7 @@ from hpkv.errors import ConfirmationRequired, UsageError, WaitTimeout
 from hpkv.runbook import Runbook, StageEvent, StageFailed, select_stages, stage_findings
 from hpkv.runbook.profile import load_profile
 from hpkv.stages.base import Action, ApplyResult, Check, CheckState, Plan, PlanDeferred, Stage, Verb
+from hpkv.stages.base import Detector as StageDetector
 
 # What the stand-in stages "installed"; reset per test.
 WORLD: dict[str, Any] = {}
@@ -326,13 +327,8 @@ def test_offline_plans_call_nothing_and_cannot_run() -> None:
     assert WORLD["log"] == []
 
 
-def test_findings_prefer_diagnose_module_then_stage_diagnose(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The interface `hpkv status/diagnose` (issue 7) provides: findings_for_stage(ctx, name)."""
-    import sys
-    import types
-
+def test_findings_fall_back_to_stage_diagnose_then_status() -> None:
+    """A stage unknown to `hpkv diagnose` falls back to its own diagnose(), else its status()."""
     stage = Alpha(RunContext(Settings(data={})))
     assert [c.name for c in stage_findings(stage)] == ["installed"]  # status() fallback
 
@@ -343,26 +339,11 @@ def test_findings_prefer_diagnose_module_then_stage_diagnose(
     with_diagnose = WithDiagnose(RunContext(Settings(data={})))
     assert [c.name for c in stage_findings(with_diagnose)] == ["from-stage"]
 
-    module = types.ModuleType("hpkv.diagnose")
-    seen: list[tuple[Any, str]] = []
+    class Broken(Alpha):
+        def diagnose(self) -> list[Check]:
+            raise RuntimeError("bug in diagnose")
 
-    def findings_for_stage(ctx: RunContext, name: str) -> list[Check]:
-        seen.append((ctx, name))
-        return [
-            Check("from-module", CheckState.FAIL, "diagnose module", "fix it", stage=name),
-            Check("fine", CheckState.OK, "ok", stage=name),
-        ]
-
-    module.findings_for_stage = findings_for_stage  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "hpkv.diagnose", module)
-    assert [c.name for c in stage_findings(with_diagnose)] == ["from-module"]
-    assert seen == [(with_diagnose.ctx, "alpha")]
-
-    def broken(ctx: RunContext, name: str) -> list[Check]:
-        raise RuntimeError("bug in diagnose")
-
-    module.findings_for_stage = broken  # type: ignore[attr-defined]
-    (finding,) = stage_findings(stage)
+    (finding,) = stage_findings(Broken(RunContext(Settings(data={}))))
     assert (
         finding.state is CheckState.UNKNOWN and "RuntimeError: bug in diagnose" in finding.evidence
     )
@@ -424,7 +405,14 @@ def test_findings_include_hpkv_diagnose_detectors_when_present(
     module.run_detectors = run_detectors  # type: ignore[attr-defined]
     module.new_report = lambda ctx: Report([], [])  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hpkv.health.diagnose", module)
-    findings = stage_findings(Alpha(RunContext(Settings(data={}))))
+
+    class Detecting(Alpha):
+        def detectors(self) -> list[StageDetector]:
+            return [StageDetector("ai-toolkit-oom", "ai-toolkit OOM", "ai-toolkit", list)]
+
+    assert stage_findings(Alpha(RunContext(Settings(data={})))) != []
+    assert calls == []  # a stage without detectors is not handed to diagnose
+    findings = stage_findings(Detecting(RunContext(Settings(data={}))))
     assert calls == [["alpha"]]
     assert [(c.name, c.state) for c in findings] == [
         ("ai-toolkit-oom", CheckState.FAIL),
