@@ -140,12 +140,14 @@ def test_apply_status_second_apply_remove(curvine: CurvineEnv) -> None:
     assert _revisions(curvine, "curvine") == [1]
     assert _revisions(curvine, "curvine-csi") == [1]
 
-    # remove: PVCs, StorageClass and charts go; the master's EBS volumes and the add-on stay.
+    # remove: StorageClass and charts go; the L2 PVC (cached KV blocks), the master's EBS
+    # volumes and the add-on stay unless a flag names them.
     removed = scenario.hpkv("curvine", "remove", "--cluster", "demo", "--yes")
     assert removed.exit_code == 0, removed
-    assert "applied 4 change(s)" in removed.stdout
-    assert "kept: the master's metadata/journal volumes" in removed.stdout
-    assert "curvine-pvc" not in _pvcs(curvine, "team-a")
+    assert "applied 3 change(s)" in removed.stdout
+    assert "the master's metadata/journal volumes" in removed.stdout
+    assert "L2 PVC team-a/curvine-pvc and its cached KV blocks (--delete-data" in removed.stdout
+    assert "curvine-pvc" in _pvcs(curvine, "team-a")
     assert curvine.kube.get_object("storage.k8s.io/v1", "StorageClass", "curvine-sc") is None
     assert curvine.history("curvine") == []
     assert curvine.history("curvine-csi") == []
@@ -359,20 +361,21 @@ def test_status_before_install_warns_and_names_the_fix(curvine: CurvineEnv) -> N
     assert "team-a: missing" in checks["pvcs"]["evidence"]
 
 
-def test_remove_delete_data_deletes_the_master_volumes_after_confirmation(
+def test_remove_delete_flags_delete_the_l2_pvcs_and_master_volumes_after_confirmation(
     curvine: CurvineEnv,
 ) -> None:
     assert _apply(curvine, "--yes").exit_code == 0
-    refused = curvine.scenario.hpkv("curvine", "remove", "--cluster", "demo", "--delete-data")
+    flags = ("--delete-data", "--delete-volumes")
+    refused = curvine.scenario.hpkv("curvine", "remove", "--cluster", "demo", *flags)
     assert refused.exit_code == 2
     assert "delete (destructive)" in refused.stdout
     assert set(_pvcs(curvine, "curvine")) == MASTER_PVCS
+    assert "curvine-pvc" in _pvcs(curvine, "team-a")
 
-    removed = curvine.scenario.hpkv(
-        "curvine", "remove", "--cluster", "demo", "--delete-data", "--yes"
-    )
+    removed = curvine.scenario.hpkv("curvine", "remove", "--cluster", "demo", *flags, "--yes")
     assert removed.exit_code == 0, removed
     assert set(_pvcs(curvine, "curvine")) == set()
+    assert "curvine-pvc" not in _pvcs(curvine, "team-a")
 
 
 def test_remove_refuses_while_an_inference_pod_mounts_the_pvc(curvine: CurvineEnv) -> None:

@@ -371,7 +371,9 @@ def test_up_waits_for_a_cluster_still_updating_from_an_interrupted_run(
 ) -> None:
     scenario = runbook_world.scenario
     fresh_cluster(runbook_world)
-    scenario.sagemaker.update_describes = 3
+    # Updating for more DescribeCluster calls than 'up' makes before stage 1 plans (it also reads
+    # the cluster to find the EKS API), so the plan meets the update in progress.
+    scenario.sagemaker.update_describes = 8
     # An earlier run's UpdateCluster went through, then the process died.
     scenario.aws.client("sagemaker").update_cluster(
         ClusterName="demo",

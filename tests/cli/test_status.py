@@ -23,7 +23,7 @@ from tests.health.conftest import validate
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
 
 ENABLED = {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
-STAGES = ["cluster", "tiered-storage", "operator", "curvine", "l2"]
+STAGES = ["cluster", "tiered-storage", "operator", "curvine", "l2", "bench"]
 STAGE_1 = ("--stage", "cluster", "--stage", "tiered-storage")
 
 
@@ -53,7 +53,7 @@ def test_healthy_cluster_is_ok_in_every_format(stack: Stack) -> None:
     code, doc = _json(scenario)
     assert code == 0 and doc["state"] == "OK" and doc["exitCode"] == 0, _not_ok(doc)
     assert [s["stage"] for s in doc["stages"]] == STAGES
-    assert [s["installed"] for s in doc["stages"]] == [None, True, True, True, True]
+    assert [s["installed"] for s in doc["stages"]] == [None, True, True, True, True, None]
     checks = _by_name(doc)
     assert checks[("cluster", "nodes")]["evidence"] == "2 of 2 nodes Ready (2 HyperPod nodes)"
     assert checks[("cluster", "eks-cluster")]["evidence"].startswith("hpkv-eks is ACTIVE")
@@ -68,6 +68,7 @@ def test_healthy_cluster_is_ok_in_every_format(stack: Stack) -> None:
     pods = [c for (stage, name), c in checks.items() if stage == "l2" and name.startswith("pod ")]
     assert sorted(c["name"] for c in pods) == [f"pod team-a/{p}" for p in stack.worker_pods()]
     assert all("wrote and read back a file" in c["evidence"] for c in pods)  # exec probe ran
+    assert checks[("bench", "latest-result")]["evidence"].startswith("no benchmark result")
 
     as_yaml = scenario.hpkv("status", "--cluster", "demo", "-o", "yaml")
     assert _stable(yaml.safe_load(as_yaml.stdout)) == _stable(doc)
@@ -110,7 +111,7 @@ def test_not_installed_stage_reads_not_installed_and_warns(scenario: Scenario) -
             "not installed",
         )
         assert row["remediation"] == f"run 'hpkv {stage} apply'"
-    assert [s["installed"] for s in doc["stages"][2:]] == [False, False, False]
+    assert [s["installed"] for s in doc["stages"][2:]] == [False, False, False, None]
 
 
 def test_missing_daemonset_is_critical(scenario: Scenario) -> None:
@@ -201,7 +202,7 @@ def test_stage_filter_and_unknown_stage(scenario: Scenario) -> None:
     assert bad.exit_code == 3 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "hpkv: error: unknown stage 'curvin'. Fix: use one of: cluster, tiered-storage, "
-        "operator, curvine, l2"
+        "operator, curvine, l2, bench"
     ]
 
 

@@ -249,7 +249,6 @@ OPERATOR = StageHarness(
     prepare=_operator_prepare,
     snapshot=_operator_snapshot,
     aws_actions=(
-        "sts:GetCallerIdentity",
         "iam:GetOpenIDConnectProvider",
         "iam:CreateOpenIDConnectProvider",
         # S3 is rest-xml: the emulator logs "METHOD /path" (HeadBucket; CreateBucket and
@@ -259,6 +258,8 @@ OPERATOR = StageHarness(
         "iam:GetRole",
         "iam:GetPolicy",
         "iam:CreateRole",
+        # the IRSA code is shared with stage 3: its calls are faulted once, here
+        "iam:ListAttachedRolePolicies",
         "iam:AttachRolePolicy",
         "iam:PutRolePolicy",
         "eks:DescribeAddon",
@@ -490,6 +491,11 @@ def kubernetes_inventory(world: RunbookWorld) -> list[tuple[str, str, str, str]]
         elif res["name"] == "persistentvolumes":
             claim = obj["spec"].get("claimRef") or {}
             name = f"<volume of {claim.get('namespace')}/{claim.get('name')}>"
+        elif res["name"] == "ipaddresses":  # a Service's ClusterIP, allocated at random
+            parent = obj["spec"].get("parentRef") or {}
+            name = (
+                f"<ip of {parent.get('resource')} {parent.get('namespace')}/{parent.get('name')}>"
+            )
         found.append((res["groupVersion"], res["name"], meta.get("namespace", ""), name))
     return sorted(found)
 
