@@ -447,6 +447,8 @@ def test_no_gpu_nodes_is_a_precondition_failure(
     scenario.nodes(1, gpus=0)
     monkeypatch.setenv("HPKV_HELM", curvine_chart_repo.helm)
     monkeypatch.setenv("HPKV_CURVINE__CHART_REPO", curvine_chart_repo.url)
+    # PVC namespaces given, so the stage does not wait for the operator's endpoint API first
+    (scenario.workdir / "hpkv.yaml").write_text("curvine:\n  pvcNamespaces: [team-a]\n")
     result = scenario.hpkv("curvine", "apply", "--cluster", "demo", "--yes")
     assert result.exit_code == 1, result
     lines = result.stderr.strip().splitlines()

@@ -475,7 +475,7 @@ def test_patch_mode_restores_the_operator_when_interrupted(cluster: dict[str, An
             template = _deployment(kube)["spec"]["template"]
             return "curvine" in json.dumps(template) and _replicas(kube, NS, EP) == 2
 
-        kube.wait_until(patched, timeout=30, what="the patch")
+        kube.wait_until(patched, timeout=90, what="the patch")
         time.sleep(0.3)  # hpkv now waits for Ready pods that never come
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -484,8 +484,8 @@ def test_patch_mode_restores_the_operator_when_interrupted(cluster: dict[str, An
             player.ready = False
             killer = threading.Thread(target=interrupt_while_waiting, daemon=True)
             killer.start()
-            result = scenario.hpkv("l2", "apply", "--mode", "patch", "--yes", "--timeout", "60")
-            killer.join(timeout=5)
+            result = scenario.hpkv("l2", "apply", "--mode", "patch", "--yes", "--timeout", "180")
+            killer.join(timeout=100)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert received == [], "the signal reached the test, not hpkv"

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hpkv.stages.base import Check, CheckState
 from tests.harness.cli import run_on_tty
 from tests.harness.runbook import (
     CURVINE_NAMESPACE,
-    ENDPOINT,
     ENDPOINT_NAMESPACE,
     L2_PVC,
     RunbookWorld,
+    delete_endpoint,
     fresh_cluster,
     runbook_stages,
 )
@@ -190,20 +187,15 @@ def test_failure_json_names_the_stage_and_its_findings(scenario: Scenario) -> No
     assert {f["name"] for f in stage["findings"]} >= {"ai-toolkit-daemonset"}
 
 
-def test_findings_come_from_the_diagnose_module_when_present(
-    scenario: Scenario, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`hpkv.diagnose.findings_for_stage(ctx, stage_name) -> list[Check]` (issue 7) is used."""
-    module = types.ModuleType("hpkv.diagnose")
-    module.findings_for_stage = lambda ctx, name: [  # type: ignore[attr-defined]
-        Check("ai-toolkit-pods", CheckState.FAIL, "0/1 pods scheduled", "add capacity", name)
-    ]
-    monkeypatch.setitem(sys.modules, "hpkv.diagnose", module)
+def test_a_failed_stage_prints_its_diagnose_findings(scenario: Scenario) -> None:
+    """Tiered Storage enabled, but HyperPod never starts the ai-toolkit DaemonSet: `up` stops at
+    the stage and prints what `hpkv diagnose` finds for it."""
     scenario.hyperpod(node_recovery="Automatic")
     scenario.nodes(1)
     result = scenario.hpkv("up", "--cluster", "demo", *STAGE1, "--yes", "--timeout", "1s")
     assert result.exit_code == 1
-    assert "ai-toolkit-pods" in result.stdout and "0/1 pods scheduled" in result.stdout
+    text = " ".join(result.stdout.split())
+    assert "tiered-storage.ai-toolkit-not-on-every-node" in text, result.stdout
 
 
 def test_planning_failure_changes_nothing_and_says_so(scenario: Scenario) -> None:
@@ -230,31 +222,6 @@ def test_a_stage_deferred_to_one_outside_the_range_fails_before_any_change(
     assert "planning stage curvine failed: it needs stage operator first" in line
     assert "include stage operator" in line
     assert scenario.writes_since(mark) == []
-
-
-def _delete_endpoint(world: RunbookWorld) -> None:
-    """The user deletes the endpoint; the operator and the garbage collector delete its
-    Deployment and pods."""
-    kube = world.kube
-    kube.delete_object(
-        {
-            "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
-            "kind": "InferenceEndpointConfig",
-            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
-        }
-    )
-    kube.delete_object(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
-        }
-    )
-    kube.raw(
-        "DELETE",
-        f"/api/v1/namespaces/{ENDPOINT_NAMESPACE}/pods?labelSelector=app%3D{ENDPOINT}"
-        "&gracePeriodSeconds=0",
-    )
 
 
 def _pvc_names(world: RunbookWorld) -> set[str]:
@@ -287,7 +254,7 @@ def test_down_removes_in_reverse_order_and_keeps_data_volumes_and_roles(
     scenario = runbook_world.scenario
     fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
-    _delete_endpoint(runbook_world)
+    delete_endpoint(runbook_world)
     pvcs = _pvc_names(runbook_world)
     assert f"{ENDPOINT_NAMESPACE}/{L2_PVC}" in pvcs and len(pvcs) == 3
 
@@ -326,7 +293,7 @@ def test_down_with_flags_deletes_data_volumes_and_roles_after_listing_them(
     scenario = runbook_world.scenario
     fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
-    _delete_endpoint(runbook_world)
+    delete_endpoint(runbook_world)
     flags = ("--delete-data", "--delete-volumes", "--delete-iam")
     dry = scenario.hpkv("down", "--cluster", "demo", *flags, "--dry-run", "-o", "json")
     assert dry.exit_code == 0, dry

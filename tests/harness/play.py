@@ -287,3 +287,29 @@ def write_pod_log(
     path = log_path(root, namespace, pod, container, previous=previous)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def add_csi_node_pod_pulling(
+    kube: Any, namespace: str, name: str, node: str, sidecar_image: str
+) -> None:
+    """A Curvine CSI node pod whose registrar sidecar cannot pull ``sidecar_image``."""
+    add_pod(
+        kube,
+        namespace,
+        name,
+        node=node,
+        owner=("DaemonSet", "curvine-csi-node"),
+        containers=[
+            {"name": "csi-plugin", "image": "ghcr.io/curvineio/curvine-csi:v0.4.1"},
+            {"name": "node-driver-registrar", "image": sidecar_image},
+        ],
+        statuses=[
+            container_status("csi-plugin"),
+            container_status(
+                "node-driver-registrar",
+                waiting="ImagePullBackOff",
+                image=sidecar_image,
+                message=f'Back-off pulling image "{sidecar_image}"',
+            ),
+        ],
+    )

@@ -435,6 +435,31 @@ STAGE_HARNESSES: dict[str, StageHarness] = {
 }
 
 
+def delete_endpoint(world: RunbookWorld) -> None:
+    """The user deletes the endpoint; the operator and the garbage collector delete its
+    Deployment and pods."""
+    kube = world.kube
+    kube.delete_object(
+        {
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+            "kind": "InferenceEndpointConfig",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.delete_object(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
+        }
+    )
+    kube.raw(
+        "DELETE",
+        f"/api/v1/namespaces/{ENDPOINT_NAMESPACE}/pods?labelSelector=app%3D{ENDPOINT}"
+        "&gracePeriodSeconds=0",
+    )
+
+
 def runbook_stages() -> list[str]:
     """The stages 'hpkv up' runs by default (optional ones, the benchmark, are measurements)."""
     from hpkv.stages import stage_class, stage_names
@@ -476,6 +501,25 @@ def end_state(world: RunbookWorld) -> dict[str, Any]:
     }
     state["kubernetes"] = kubernetes_inventory(world)
     return state
+
+
+def state_differences(state: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """What differs between two end states, readable in an assertion message: for list values
+    the extra and missing items, else both values."""
+
+    def items(value: Any) -> set[str]:
+        return set(map(str, value or []))
+
+    return {
+        key: {
+            "extra": sorted(items(state.get(key)) - items(reference.get(key))),
+            "missing": sorted(items(reference.get(key)) - items(state.get(key))),
+        }
+        if isinstance(state.get(key), list)
+        else {"now": state.get(key), "reference": reference.get(key)}
+        for key in sorted(set(state) | set(reference))
+        if state.get(key) != reference.get(key)
+    }
 
 
 def kubernetes_inventory(world: RunbookWorld) -> list[tuple[str, str, str, str]]:

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tests.harness.play import add_pod, container_status
+from tests.harness.play import add_csi_node_pod_pulling
 from tests.harness.stack import CURVINE_NS, ENDPOINT_NS, Stack
 from tests.health.conftest import findings, pvc, run_json
 
@@ -98,25 +98,8 @@ def test_fuse_kernel_detector_needs_curvine_installed(stack: Stack) -> None:
 
 def test_csi_sidecar_image_pull_backoff_is_reported_once(curvine: Stack) -> None:
     image = "quay.io/k8scsi/csi-node-driver-registrar:v2.1.0"
-    add_pod(
-        curvine.kube,
-        CURVINE_NS,
-        "curvine-csi-node-zz9k2",
-        node=curvine.nodes[0],
-        owner=("DaemonSet", "curvine-csi-node"),
-        containers=[
-            {"name": "csi-plugin", "image": "ghcr.io/curvineio/curvine-csi:v0.4.1"},
-            {"name": "node-driver-registrar", "image": image},
-        ],
-        statuses=[
-            container_status("csi-plugin"),
-            container_status(
-                "node-driver-registrar",
-                waiting="ImagePullBackOff",
-                image=image,
-                message=f'Back-off pulling image "{image}"',
-            ),
-        ],
+    add_csi_node_pod_pulling(
+        curvine.kube, CURVINE_NS, "curvine-csi-node-zz9k2", curvine.nodes[0], image
     )
     code, doc = run_json(curvine.scenario, "diagnose")
     [finding] = findings(doc, "curvine.csi-image-pull")

@@ -12,7 +12,7 @@ import yaml
 
 from hpkv.health import detectors
 from tests.harness.aws import Fault
-from tests.harness.play import add_pod, container_status, ensure_namespace
+from tests.harness.play import add_csi_node_pod_pulling, add_pod, container_status, ensure_namespace
 from tests.harness.stack import Stack
 from tests.health.conftest import (
     CURVINE_NS,
@@ -220,25 +220,8 @@ def test_exec_format_error_is_a_wrong_architecture_on_any_node(installation: Ins
 def test_csi_sidecar_image_pull_backoff(installation: Installation) -> None:
     image = "quay.io/k8scsi/csi-node-driver-registrar:v2.1.0"
     for node in installation.nodes:
-        add_pod(
-            installation.kube,
-            CURVINE_NS,
-            f"curvine-csi-node-{node[-4:]}",
-            node=node,
-            owner=("DaemonSet", "curvine-csi-node"),
-            containers=[
-                {"name": "csi-plugin", "image": "ghcr.io/curvineio/curvine-csi:v0.4.1"},
-                {"name": "node-driver-registrar", "image": image},
-            ],
-            statuses=[
-                container_status("csi-plugin"),
-                container_status(
-                    "node-driver-registrar",
-                    waiting="ImagePullBackOff",
-                    image=image,
-                    message=f'Back-off pulling image "{image}"',
-                ),
-            ],
+        add_csi_node_pod_pulling(
+            installation.kube, CURVINE_NS, f"curvine-csi-node-{node[-4:]}", node, image
         )
     code, doc = installation.diagnose()
     [finding] = findings(doc, "pods.image-pull-backoff")

@@ -10,14 +10,14 @@ import pytest
 
 from tests.harness.runbook import (
     COUNTS,
-    ENDPOINT,
-    ENDPOINT_NAMESPACE,
     RunbookWorld,
+    delete_endpoint,
     end_state,
     fresh_cluster,
     harness_for,
     helm_revisions,
     runbook_stages,
+    state_differences,
 )
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
@@ -40,7 +40,8 @@ def _audit_second_up(world: RunbookWorld, *args: str) -> dict:
     for entry in payload["stages"]:
         assert entry["state"] == "converged", entry
         assert {a["verb"] for a in entry["plan"]["actions"]} == {"none"}, entry["plan"]
-    assert end_state(world) == converged
+    after = end_state(world)
+    assert after == converged, state_differences(after, converged)
     return payload
 
 
@@ -81,30 +82,10 @@ def test_second_full_up_makes_zero_writes_then_dry_run_shows_only_none(
 
 
 def test_second_down_makes_zero_writes(runbook_world: RunbookWorld) -> None:
-    scenario, kube = runbook_world.scenario, runbook_world.kube
+    scenario = runbook_world.scenario
     fresh_cluster(runbook_world)
     assert scenario.hpkv("up", "--cluster", "demo", "--yes").exit_code == 0
-    # the user deletes the endpoint first ('hpkv down' refuses while endpoints exist); the
-    # operator and the garbage collector delete its Deployment and pods
-    kube.delete_object(
-        {
-            "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
-            "kind": "InferenceEndpointConfig",
-            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
-        }
-    )
-    kube.delete_object(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": ENDPOINT, "namespace": ENDPOINT_NAMESPACE},
-        }
-    )
-    kube.raw(
-        "DELETE",
-        f"/api/v1/namespaces/{ENDPOINT_NAMESPACE}/pods?labelSelector=app%3D{ENDPOINT}"
-        "&gracePeriodSeconds=0",
-    )
+    delete_endpoint(runbook_world)  # 'hpkv down' refuses while endpoints exist
     down = scenario.hpkv("down", "--cluster", "demo", "--yes")
     assert down.exit_code == 0, down
     mark = scenario.mark()

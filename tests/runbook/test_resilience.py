@@ -42,6 +42,7 @@ from tests.harness.runbook import (
     harness_for,
     reset,
     runbook_stages,
+    state_differences,
 )
 
 pytestmark = [pytest.mark.kube, pytest.mark.aws]
@@ -83,20 +84,7 @@ def _reference(world: RunbookWorld) -> dict[str, Any]:
 def _assert_converged(world: RunbookWorld, reference: dict[str, Any], where: str = "") -> None:
     state = end_state(world)
     if state != reference:
-        differing = {
-            key: {
-                "extra": sorted(
-                    set(map(str, state.get(key) or [])) - set(map(str, reference.get(key) or []))
-                ),
-                "missing": sorted(
-                    set(map(str, reference.get(key) or [])) - set(map(str, state.get(key) or []))
-                ),
-            }
-            if isinstance(state.get(key), list)
-            else {"now": state.get(key), "reference": reference.get(key)}
-            for key in sorted(set(state) | set(reference))
-            if state.get(key) != reference.get(key)
-        }
+        differing = state_differences(state, reference)
         raise AssertionError(f"{where}: end state differs from an undisturbed run: {differing}")
     for stage in runbook_stages():
         STAGE_HARNESSES[stage].invariants(world, reference[stage], state[stage])

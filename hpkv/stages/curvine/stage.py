@@ -57,6 +57,7 @@ class CurvineStage(CurvineStatus):
     # ============================================================================================
     def plan(self, *, reformat: bool = False, **_: Any) -> Plan:
         self.cfg  # noqa: B018 - an invalid section fails before any API call
+        self.require_endpoint_api()
         plan = Plan(stage=self.name)
         nodes = self.gpu_nodes()
         if not nodes:
@@ -66,7 +67,6 @@ class CurvineStage(CurvineStatus):
                 fix="check 'kubectl get nodes -L node.kubernetes.io/instance-type' and the "
                 "cluster's instance groups",
             )
-        self.require_endpoint_api()
         self._plan_ebs_csi(plan)
         _revision, runtime_live = self.live_release(self.release)
         master_class = self._plan_master_storage_class(plan, runtime_live)
