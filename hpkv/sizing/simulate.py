@@ -176,6 +176,8 @@ class Cluster:
             for l0, l1 in zip(self.l0, self.l1, strict=True)
         ]
         self._l1_gets = [l1.get for l1 in self.l1]
+        self._kvaware_chunk = spec.chunk_tokens
+        self._kvaware_threshold = spec.kvaware_threshold
         self._consts = (
             spec.block_tokens,
             spec.chunk_tokens,
@@ -235,8 +237,13 @@ class Cluster:
         """production-stack's kvaware: the replica whose LMCache holds the longest prefix, unless
         that match is shorter than the prompt minus the threshold; then session routing. Ties go
         to the session's replica when it is among them, else to the first."""
+        # A replica without the first segment's chunks scores 0 (most of them, most of the time).
+        first = path[0][0] if path and path[0][3] else None
         scores = []
         for get in self._l1_gets:
+            if first is not None and not get(first, 0):
+                scores.append(0)
+                continue
             chunks = 0
             for node_id, _end, _blocks, units in path:
                 got = get(node_id, 0)
@@ -247,7 +254,7 @@ class Cluster:
             scores.append(chunks)
         top = max(scores)
         preferred = self._route_session(session, path, prompt)
-        if top == 0 or top * self.spec.chunk_tokens < prompt - self.spec.kvaware_threshold:
+        if top == 0 or top * self._kvaware_chunk < prompt - self._kvaware_threshold:
             return preferred
         return preferred if scores[preferred] == top else scores.index(top)
 
