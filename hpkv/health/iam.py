@@ -53,9 +53,6 @@ DIAGNOSE_ACTIONS: list[IamNeed] = [
     IamNeed("eks:DescribeAddon", ADDONS, "add-on descriptions for the support bundle"),
 ]
 
-# Stage modules outside hpkv.stages.STAGES (no apply/remove) that export IAM_ACTIONS too.
-EXTRA_IAM_MODULES: list[tuple[str, str]] = []
-
 EBS_CSI_ROLE_ACTIONS: list[IamNeed] = [
     IamNeed(
         "sagemaker:AttachClusterNodeVolume",
@@ -72,12 +69,11 @@ ALLOWED = "allowed"
 
 
 def stage_actions(only: Sequence[str] | None = None) -> dict[str, list[IamNeed]]:
-    """Needs per group: common, each stage (its module's ``IAM_ACTIONS``), diagnose."""
+    """Needs per group: common, each stage (its module's ``IAM_ACTIONS``), init, diagnose."""
     from hpkv.stages import STAGES
 
     groups: dict[str, list[IamNeed]] = {"common": list(COMMON_ACTIONS)}
-    modules = [(name, module) for name, module, _cls in STAGES] + EXTRA_IAM_MODULES
-    for name, module in modules:
+    for name, module, _cls in STAGES:
         groups[name] = list(importlib.import_module(module).IAM_ACTIONS)
     groups["init"] = list(INIT_ACTIONS)
     groups["diagnose"] = list(DIAGNOSE_ACTIONS)

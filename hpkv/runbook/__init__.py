@@ -162,7 +162,7 @@ def stage_findings(stage: Stage) -> list[Check]:
     """What is wrong with ``stage`` now: its diagnose findings, as non-OK checks.
 
     The findings are those of ``hpkv diagnose``'s detectors for the stage
-    (``hpkv.health.diagnose.run_detectors``, when that module exists) followed by the stage's own
+    (``hpkv.health.diagnose.run_detectors``) followed by the stage's own
     ``diagnose()`` or, without one, its non-OK ``status()`` checks. Never raises: a diagnose that
     cannot run is reported as an UNKNOWN finding, so the failure being reported stays the one shown.
     """
@@ -182,18 +182,6 @@ def stage_findings(stage: Stage) -> list[Check]:
     return [c for c in checks if c.state is not CheckState.OK]
 
 
-def _optional(module: str, attribute: str) -> Any:
-    """``module.attribute`` when both exist (modules other branches provide), else None."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), attribute, None)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module.startswith(exc.name):
-            raise  # the module exists but is broken: say so
-        return None
-
-
 def _diagnose(stage: Stage) -> list[Check]:
     checks = _detector_findings(stage)
     diagnose = getattr(stage, "diagnose", None)
@@ -206,12 +194,14 @@ def _diagnose(stage: Stage) -> list[Check]:
 
 
 def _detector_findings(stage: Stage) -> list[Check]:
-    """``hpkv diagnose``'s findings for this stage, as checks (none without that module)."""
-    run_detectors = _optional("hpkv.health.diagnose", "run_detectors")
-    new_report = _optional("hpkv.health.diagnose", "new_report")
-    if run_detectors is None or new_report is None or not stage.detectors():
+    """``hpkv diagnose``'s findings for this stage, as checks (none for a stage without
+    detectors: nothing is read then)."""
+    import importlib
+
+    if not stage.detectors():
         return []
-    report = run_detectors(stage.ctx, new_report(stage.ctx), only=[stage.name])
+    diagnose = importlib.import_module("hpkv.health.diagnose")
+    report = diagnose.run_detectors(stage.ctx, diagnose.new_report(stage.ctx), only=[stage.name])
     checks = [
         stage.check(
             finding.id,
