@@ -52,13 +52,20 @@ class KubeFault:
         )
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of concurrent clients beyond it, and
+    # each dropped SYN costs the client a 1 s retransmit; an API server's backlog is far larger
+    request_queue_size = 1024
+
+
 @dataclass
 class KubeProxy:
     kube: KubeHarness
     latency: float = 0.0
     faults: list[KubeFault] = field(default_factory=list)
     injected: list[str] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = None
+    _server: _ProxyServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> KubeProxy:
@@ -67,6 +74,53 @@ class KubeProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            upstream: http.client.HTTPSConnection | None = None
+            upstream_used = 0.0
+
+            def setup(self) -> None:
+                # the TLS handshake happens here, in this connection's own thread (as in a real
+                # API server), not in the accepting thread where concurrent clients would queue
+                self.handshake_failed = False
+                try:
+                    self.request.do_handshake()
+                except (OSError, ssl.SSLError):
+                    self.handshake_failed = True
+                super().setup()
+
+            def handle(self) -> None:
+                if not self.handshake_failed:
+                    super().handle()
+
+            def finish(self) -> None:
+                self._drop_upstream()
+                super().finish()
+
+            def _drop_upstream(self) -> None:
+                if self.upstream is not None:
+                    self.upstream.close()
+                    self.upstream = None
+
+            def _forward(
+                self, body: bytes | None, headers: dict[str, str]
+            ) -> http.client.HTTPResponse:
+                """Send the request upstream on this client connection's kept-alive connection
+                (a fresh one after an idle spell the apiserver may have closed)."""
+                if self.upstream is not None and time.monotonic() - self.upstream_used > 20:
+                    self._drop_upstream()
+                reused = self.upstream is not None
+                if self.upstream is None:
+                    self.upstream = http.client.HTTPSConnection(
+                        "127.0.0.1", proxy.kube.port, context=context, timeout=300
+                    )
+                try:
+                    self.upstream.request(self.command, self.path, body=body, headers=headers)
+                    return self.upstream.getresponse()
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    self._drop_upstream()
+                    if not reused or self.command != "GET":
+                        raise
+                    return self._forward(body, headers)
 
             def _handle(self) -> None:
                 if proxy.latency:
@@ -78,16 +132,12 @@ class KubeProxy:
                 if fault is not None:
                     self._fail(fault)
                     return
-                upstream = http.client.HTTPSConnection(
-                    "127.0.0.1", proxy.kube.port, context=context, timeout=300
-                )
                 headers = {
                     k: v
                     for k, v in self.headers.items()
                     if k.lower() not in _HOP_BY_HOP and k.lower() != "host"
                 }
-                upstream.request(self.command, self.path, body=body, headers=headers)
-                response = upstream.getresponse()
+                response = self._forward(body, headers)
                 self.send_response(response.status, response.reason)
                 for key, value in response.getheaders():
                     if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
@@ -95,7 +145,8 @@ class KubeProxy:
                 if response.status in (204, 304) or self.command == "HEAD":
                     # no body (client-go's discovery cache gets 304 Not Modified)
                     self.end_headers()
-                    upstream.close()
+                    response.read()
+                    self._keep_or_drop(response)
                     return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
@@ -108,9 +159,16 @@ class KubeProxy:
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
                 except OSError:  # the client went away (broken pipe, reset, TLS EOF)
-                    pass
-                finally:
-                    upstream.close()
+                    self._drop_upstream()
+                    self.close_connection = True
+                    return
+                self._keep_or_drop(response)
+
+            def _keep_or_drop(self, response: http.client.HTTPResponse) -> None:
+                if response.will_close or not response.isclosed():
+                    self._drop_upstream()
+                else:
+                    self.upstream_used = time.monotonic()
 
             def _fail(self, fault: KubeFault) -> None:
                 reasons = {
@@ -141,15 +199,16 @@ class KubeProxy:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _ProxyServer(("127.0.0.1", 0), Handler)
         # TLS with the apiserver's own serving certificate (valid for 127.0.0.1): client-go
         # (helm) sends bearer tokens only over TLS
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(
             self.kube.workdir / "apiserver.crt", self.kube.workdir / "apiserver.key"
         )
-        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._server.socket = tls.wrap_socket(
+            self._server.socket, server_side=True, do_handshake_on_connect=False
+        )
         threading.Thread(target=self._server.serve_forever, daemon=True, name="kube-proxy").start()
         return self
 
