@@ -12,11 +12,13 @@ worker performs every read one after another (the benchmark's sequential baselin
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import gc
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,3 +197,24 @@ def fan_out(functions: Sequence[Callable[[], Any]]) -> list[Any]:
         if error is not None:
             raise error
     return results
+
+
+@contextlib.contextmanager
+def fewer_gc_pauses(young_threshold: int = 20_000) -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects that existed before the block.
+
+    A health run builds boto3 clients (large service models) and decodes Kubernetes lists on many
+    threads at once. The collections this triggers walk the older objects too (imported modules,
+    service models) while holding the interpreter lock, which stalled every concurrent read
+    (``benchmarks/status_latency.py --timeline``: the first boto3 client took 270 ms instead of
+    90). Objects alive at the start are frozen for the block and young collections run less often;
+    both are restored afterwards.
+    """
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(thresholds[0], young_threshold), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()

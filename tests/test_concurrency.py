@@ -65,3 +65,24 @@ def test_fan_out_inside_a_one_worker_runner_is_sequential() -> None:
     runner.submit("t", lambda: fan_out([threading.get_ident, threading.get_ident]))
     idents = runner.wait()["t"].value
     assert idents[0] == idents[1]
+
+
+def test_fewer_gc_pauses_freezes_older_objects_for_the_block_and_restores_the_collector() -> None:
+    import gc
+
+    from hpkv.concurrency import fewer_gc_pauses
+
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    with fewer_gc_pauses(young_threshold=12_345):
+        assert gc.get_freeze_count() > 0  # what existed before is out of the collector's way
+        assert gc.get_threshold() == (max(before[0], 12_345), *before[1:])
+        assert gc.isenabled()  # new cyclic garbage is still collected
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
+    try:
+        with fewer_gc_pauses():
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpkv.concurrency import DEFAULT_WORKERS, Outcome, TaskRunner
+from hpkv.concurrency import DEFAULT_WORKERS, Outcome, TaskRunner, fewer_gc_pauses
 from hpkv.errors import HpkvError
 
 if TYPE_CHECKING:
@@ -104,7 +104,8 @@ def run_sections(
         workers=limits.workers, task_timeout=limits.item_timeout, deadline=limits.deadline
     )
     runs = [SectionRun(stage, items_of(stage)) for stage in sections]
-    with ctx.shared_reads():
+    ctx.aws.prepare(aws_services(ctx, sections))
+    with ctx.shared_reads(), fewer_gc_pauses():
         for run in runs:
             for item in run.items:
                 if not item.requires_install:
@@ -124,6 +125,30 @@ def run_sections(
         if ctx.options.debug:
             _report_tracebacks(ctx, run)
     return runs, time.monotonic() - started
+
+
+def aws_services(ctx: RunContext, sections: Sequence[Stage]) -> list[str]:
+    """The AWS services a run over these sections calls, in the order it first needs them.
+
+    Without ``--context`` Kubernetes access starts from SageMaker and EKS DescribeCluster (and STS
+    signs the token when no kubeconfig context matches the EKS endpoint); the cluster section reads
+    them too. A stage's are those its module's ``IAM_ACTIONS`` name (test-checked against the
+    calls its code makes).
+    """
+    import importlib
+
+    from hpkv.health.sections import CLUSTER_SECTION
+    from hpkv.stages import STAGES
+
+    modules = {name: module for name, module, _cls in STAGES}
+    wanted: list[str] = []
+    if not ctx.settings.context or any(s.name == CLUSTER_SECTION for s in sections):
+        wanted += ["sagemaker", "eks", "sts"]
+    for stage in sections:
+        module = modules.get(stage.name)
+        needs = getattr(importlib.import_module(module), "IAM_ACTIONS", []) if module else []
+        wanted += [need.action.split(":", 1)[0] for need in needs]
+    return list(dict.fromkeys(wanted))
 
 
 def _probe(runner: TaskRunner, run: SectionRun) -> Callable[[], bool | None]:

@@ -8,7 +8,6 @@ installs or upgrades, recovering releases stuck in pending states.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import gzip
@@ -64,6 +63,8 @@ class HelmClient:
         )
 
     def run(self, coroutine: Coroutine[Any, Any, T], action: str) -> T:
+        import asyncio  # here: hpkv status reads stored releases without it
+
         with helm_errors(action):
             return asyncio.run(coroutine)
 
