@@ -14,7 +14,8 @@ server would):
 
 * ``hpkv status --cluster demo -o json`` through the CLI, each run with fresh clients (as a new
   invocation would have; imports are warm after the first run), and as a new process each time
-  (imports included);
+  (imports included), beside what a new process spends before its first request (importing the
+  libraries and building the boto3 clients: CPU, the same at any latency);
 * the same collection with 16 workers and with 1 worker (every check, and every read inside a
   check, one after another), with the number of AWS and Kubernetes requests each made.
 
@@ -143,6 +144,11 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
         cold.append(time.perf_counter() - started)
         if done.returncode != 0:
             raise SystemExit(f"hpkv status failed:\n{done.stdout}\n{done.stderr}")
+    floor = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", STARTUP_FLOOR], check=True)
+        floor.append(time.perf_counter() - started)
     median = statistics.median
     cli, c_times, s_times = measured["cli"], measured["concurrent"], measured["sequential"]
     print(f"latency injected per AWS and Kubernetes call: {latency * 1000:.0f} ms")
@@ -155,6 +161,10 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
         f"hpkv status (a new process each time, imports included): median {median(cold):.3f} s, "
         f"min {min(cold):.3f} s, max {max(cold):.3f} s"
     )
+    print(
+        f"  of which a new process's start-up before any request (imports, {len(SERVICES)} boto3 "
+        f"clients): median {median(floor):.3f} s"
+    )
     c_time, s_time = median(c_times), median(s_times)
     print(f"checks concurrently (16 workers): median {c_time:.3f} s, min {min(c_times):.3f} s")
     print(f"same reads one after another (1 worker): median {s_time:.3f} s")
@@ -166,6 +176,16 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
     print("slowest checks of a concurrent run (each includes the shared reads it waited for):")
     for stage, name, seconds in measured["slowest"]:
         print(f"  {seconds:.3f} s  {stage} / {name}")
+
+
+SERVICES = ("sagemaker", "eks", "sts", "iam", "s3")
+# What any new hpkv status process does before its first request, whatever the latency.
+STARTUP_FLOOR = f"""
+import boto3, jsonschema, kubernetes.client, kubernetes.config, rich.console, typer
+session = boto3.Session(region_name="us-west-2")
+for service in {SERVICES!r}:
+    session.client(service)
+"""
 
 
 def measure(which: str, runs: int) -> None:
@@ -227,6 +247,8 @@ def timeline() -> None:
     """Start and end (ms from the start) of every check and every shared read of one concurrent
     run: the chains of reads that wait for each other show the critical path."""
     from hpkv import concurrency, context
+    from hpkv.aws import AwsClients
+    from hpkv.kube import KubeClients
 
     collect(16)  # warm imports
     events: list[tuple[float, float, str]] = []
@@ -255,15 +277,37 @@ def timeline() -> None:
 
         return submit(runner, key, timed, timeout=timeout)
 
+    def timed(what: str, fn):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            events.append((started - origin[0], time.perf_counter() - origin[0], what))
+
+    def timed_client(clients, service):  # type: ignore[no-untyped-def]
+        if service in clients._clients:
+            return aws_client(clients, service)
+        return timed(
+            f"boto3 client {service} (lock wait included)", lambda: aws_client(clients, service)
+        )
+
+    def timed_connect(clients):  # type: ignore[no-untyped-def]
+        return timed("kubernetes client (waits for the EKS endpoint)", lambda: connect(clients))
+
     submit = concurrency.TaskRunner.submit
+    aws_client, connect = AwsClients.client, KubeClients._connect
     context.ReadCache.get = timed_get  # type: ignore[method-assign]
     concurrency.TaskRunner.submit = timed_submit  # type: ignore[method-assign]
+    AwsClients.client = timed_client  # type: ignore[method-assign]
+    KubeClients._connect = timed_connect  # type: ignore[method-assign]
     try:
         origin[0] = time.perf_counter()
         elapsed = collect(16)
     finally:
         context.ReadCache.get = get  # type: ignore[method-assign]
         concurrency.TaskRunner.submit = submit  # type: ignore[method-assign]
+        AwsClients.client = aws_client  # type: ignore[method-assign]
+        KubeClients._connect = connect  # type: ignore[method-assign]
     del work
     print(f"one concurrent run: {elapsed:.3f} s", file=sys.__stdout__)
     for start, end, what in sorted(events):
