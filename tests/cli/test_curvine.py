@@ -147,6 +147,7 @@ def test_apply_status_second_apply_remove(curvine: CurvineEnv) -> None:
     assert "applied 3 change(s)" in removed.stdout
     assert "the master's metadata/journal volumes" in removed.stdout
     assert "L2 PVC team-a/curvine-pvc and its cached KV blocks (--delete-data" in removed.stdout
+    assert "deleting them needs it back: 'hpkv curvine apply'" in " ".join(removed.stdout.split())
     assert "curvine-pvc" in _pvcs(curvine, "team-a")
     assert curvine.kube.get_object("storage.k8s.io/v1", "StorageClass", "curvine-sc") is None
     assert curvine.history("curvine") == []

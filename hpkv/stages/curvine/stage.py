@@ -533,7 +533,8 @@ class CurvineStage(CurvineStatus):
             if not delete_data:
                 plan.kept.append(
                     f"L2 PVC {ns}/{pvc.metadata.name} and its cached KV blocks (--delete-data "
-                    "deletes them)"
+                    "deletes them; once the CSI driver is gone, deleting them needs it back: "
+                    "'hpkv curvine apply', then remove with --delete-data)"
                 )
                 continue
             plan.add(
