@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 
 import pytest
 
@@ -16,6 +18,15 @@ def _ready_cluster(scenario: Scenario) -> None:
     scenario.hyperpod(tiered_storage={"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20})
     scenario.nodes(2)
     scenario.ai_toolkit()
+
+
+def _next_second() -> None:
+    """Wait for the clock's next second. The apiserver caches the webhook's answer per token for
+    5 s, and a token (a presigned STS URL signed with a one-second timestamp) made in the same
+    second as an earlier test's, with the same credentials, is the same string: that test's
+    accepted token would be taken from the cache instead of asking the authenticator."""
+    now = time.time()
+    time.sleep(math.ceil(now) - now + 0.01)
 
 
 def _daemonset_check(result) -> dict:
@@ -69,6 +80,7 @@ def test_unmapped_identity_is_reported(
 ) -> None:
     _ready_cluster(scenario)
     monkeypatch.delenv("KUBECONFIG")
+    _next_second()
     eks_authenticator.denied_arns.add("arn:aws:sts::123456789012:user/moto")
     try:
         result = scenario.hpkv("tiered-storage", "status", "--cluster", "demo", "-o", "json")
