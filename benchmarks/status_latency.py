@@ -144,10 +144,10 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
         cold.append(time.perf_counter() - started)
         if done.returncode != 0:
             raise SystemExit(f"hpkv status failed:\n{done.stdout}\n{done.stderr}")
-    floor = []
+    floor, services = [], status_services()
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", STARTUP_FLOOR], check=True)
+        subprocess.run([sys.executable, "-c", startup_floor(services)], check=True)
         floor.append(time.perf_counter() - started)
     median = statistics.median
     cli, c_times, s_times = measured["cli"], measured["concurrent"], measured["sequential"]
@@ -162,7 +162,7 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
         f"min {min(cold):.3f} s, max {max(cold):.3f} s"
     )
     print(
-        f"  of which a new process's start-up before any request (imports, {len(SERVICES)} boto3 "
+        f"  of which a new process's start-up before any request (imports, {len(services)} boto3 "
         f"clients): median {median(floor):.3f} s"
     )
     c_time, s_time = median(c_times), median(s_times)
@@ -178,12 +178,23 @@ def report(scenario, runs: int, latency: float) -> None:  # type: ignore[no-unty
         print(f"  {seconds:.3f} s  {stage} / {name}")
 
 
-SERVICES = ("sagemaker", "eks", "sts", "iam", "s3")
-# What any new hpkv status process does before its first request, whatever the latency.
-STARTUP_FLOOR = f"""
+def status_services() -> list[str]:
+    """The boto3 clients a full ``hpkv status`` builds (hpkv.health.engine.aws_services)."""
+    from hpkv.config import load_settings
+    from hpkv.context import RunContext
+    from hpkv.health.engine import aws_services
+    from hpkv.health.sections import sections
+
+    ctx = RunContext(load_settings(flags={"cluster": "demo"}))
+    return aws_services(ctx, sections(ctx))
+
+
+def startup_floor(services: list[str]) -> str:
+    """What any new hpkv status process does before its first request, whatever the latency."""
+    return f"""
 import boto3, jsonschema, kubernetes.client, kubernetes.config, rich.console, typer
 session = boto3.Session(region_name="us-west-2")
-for service in {SERVICES!r}:
+for service in {services!r}:
     session.client(service)
 """
 
@@ -253,7 +264,7 @@ def timeline() -> None:
     collect(16)  # warm imports
     events: list[tuple[float, float, str]] = []
     origin = [0.0]
-    get, work = context.ReadCache.get, concurrency.TaskRunner._work
+    get = context.ReadCache.get
 
     def timed_get(cache, key, load):  # type: ignore[no-untyped-def]
         def timed_load():  # type: ignore[no-untyped-def]
@@ -308,7 +319,6 @@ def timeline() -> None:
         concurrency.TaskRunner.submit = submit  # type: ignore[method-assign]
         AwsClients.client = aws_client  # type: ignore[method-assign]
         KubeClients._connect = connect  # type: ignore[method-assign]
-    del work
     print(f"one concurrent run: {elapsed:.3f} s", file=sys.__stdout__)
     for start, end, what in sorted(events):
         print(f"{start * 1000:7.0f} {end * 1000:7.0f} ms  {what}", file=sys.__stdout__)

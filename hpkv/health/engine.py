@@ -137,19 +137,15 @@ def aws_services(ctx: RunContext, sections: Sequence[Stage]) -> list[str]:
     them too. A stage's are those its module's ``IAM_ACTIONS`` name (test-checked against the
     calls its code makes).
     """
-    import importlib
-
+    from hpkv.health.iam import stage_actions
     from hpkv.health.sections import CLUSTER_SECTION
-    from hpkv.stages import STAGES
 
-    modules = {name: module for name, module, _cls in STAGES}
     wanted: list[str] = []
     if not ctx.settings.context or any(s.name == CLUSTER_SECTION for s in sections):
         wanted += ["sagemaker", "eks", "sts"]
+    needs = stage_actions()
     for stage in sections:
-        module = modules.get(stage.name)
-        needs = getattr(importlib.import_module(module), "IAM_ACTIONS", []) if module else []
-        wanted += [need.action.split(":", 1)[0] for need in needs]
+        wanted += [need.action.split(":", 1)[0] for need in needs.get(stage.name, [])]
     return list(dict.fromkeys(wanted))
 
 

@@ -196,12 +196,11 @@ def _diagnose(stage: Stage) -> list[Check]:
 def _detector_findings(stage: Stage) -> list[Check]:
     """``hpkv diagnose``'s findings for this stage, as checks (none for a stage without
     detectors: nothing is read then)."""
-    import importlib
+    from hpkv.health.diagnose import new_report, run_detectors
 
     if not stage.detectors():
         return []
-    diagnose = importlib.import_module("hpkv.health.diagnose")
-    report = diagnose.run_detectors(stage.ctx, diagnose.new_report(stage.ctx), only=[stage.name])
+    report = run_detectors(stage.ctx, new_report(stage.ctx), only=[stage.name])
     checks = [
         stage.check(
             finding.id,

@@ -7,7 +7,18 @@ import time
 from typing import ClassVar
 
 from hpkv.errors import ApiError
-from hpkv.stages.base import Check, CheckSpec, CheckState, Detector, Finding, Severity, Stage
+from hpkv.stages.base import (
+    Check,
+    CheckSpec,
+    CheckState,
+    Detector,
+    Finding,
+    IamNeed,
+    Severity,
+    Stage,
+)
+
+IAM_ACTIONS: list[IamNeed] = []  # it calls no AWS API
 
 
 class FakeStage(Stage):
