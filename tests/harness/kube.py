@@ -304,6 +304,7 @@ class KubeHarness:
             )
         )
         self._wait_ready()
+        self._wait_apiserver_objects()
         self._bootstrap()
         self._baseline = self._inventory()
 
@@ -325,6 +326,27 @@ class KubeHarness:
                 last = str(exc)
             time.sleep(0.25)
         raise RuntimeError(f"kube-apiserver not ready after {timeout}s: {last}")
+
+    def _wait_apiserver_objects(self, timeout: float = 60.0) -> None:
+        """Wait for what kube-apiserver's own controllers create after /readyz answers 200: the
+        default/kubernetes Service and its ClusterIP's IPAddress. Taken into the baseline before
+        they exist, a reset would delete them and the apiserver re-create them seconds later, in
+        the middle of some later test's inventory."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, body = self.raw("GET", "/api/v1/namespaces/default/services/kubernetes")
+            cluster_ip = (
+                json.loads(body).get("spec", {}).get("clusterIP") if status == 200 else None
+            )
+            if cluster_ip:
+                status, _ = self.raw("GET", f"/apis/networking.k8s.io/v1/ipaddresses/{cluster_ip}")
+                if status == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(
+            f"kube-apiserver did not create the default/kubernetes Service in {timeout}s; "
+            f"see {self.workdir / 'logs'}"
+        )
 
     def _bootstrap(self) -> None:
         # The readonly user may view everything and nothing more.

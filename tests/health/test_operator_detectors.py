@@ -162,13 +162,25 @@ def test_missing_csi_drivers_and_fsx_node_daemonset_with_a_degraded_addon(stack:
 
 def test_cert_manager_crds_missing(stack: Stack) -> None:
     stack.install(["operator"])
+    crd = "certificaterequests.cert-manager.io"
     stack.kube.delete_object(
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": "certificaterequests.cert-manager.io"},
+            "metadata": {"name": crd},
         }
     )
+
+    # The apiserver removes a deleted CRD, then its kind from discovery, asynchronously.
+    def gone() -> bool:
+        kube = stack.kube
+        if kube.get_object("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd):
+            return False
+        status, body = kube.raw("GET", "/apis/cert-manager.io/v1")
+        kinds = {r["kind"] for r in json.loads(body)["resources"]} if status == 200 else set()
+        return "CertificateRequest" not in kinds
+
+    stack.kube.wait_until(gone, timeout=30, what=f"CRD {crd} to be gone")
     code, doc = run_json(stack.scenario, "diagnose")
     [finding] = findings(doc, "operator.cert-manager-crds-missing")
     assert finding["objects"] == ["CustomResourceDefinition/certificaterequests.cert-manager.io"]
