@@ -43,6 +43,9 @@ def test_apply_status_second_apply_remove(curvine: CurvineEnv) -> None:
     result = _apply(curvine, "--yes")
     assert result.exit_code == 0, result
     assert "applied 10 change(s)" in result.stdout
+    # apply returns once Curvine runs: the L2 wiring that follows mounts the cache through it.
+    assert "1 master and 2 worker pod(s) Ready" in result.stdout
+    assert curvine.kube.get_object("v1", "Pod", "curvine-master-0", "curvine") is not None
     assert "PVC curvine-pvc Bound in team-a" in result.stdout
     writes = scenario.writes_since(mark)
     assert "eks:CreateAddon -> 200" in writes
@@ -214,6 +217,29 @@ def test_format_flags_go_off_even_when_the_master_never_starts(curvine: CurvineE
     assert "timed out after 2s waiting for Curvine master pods to start" in result.stderr
     assert "the format flags have been turned off" in result.stderr
     assert curvine.format_flags_by_revision() == {1: True, 2: False}
+
+
+def test_apply_waits_for_curvine_to_run_unless_no_wait(curvine: CurvineEnv) -> None:
+    curvine.player.stalled.add("curvine-worker")
+    no_wait = _apply(curvine, "--yes", "--no-wait")
+    assert no_wait.exit_code == 0, no_wait
+    assert "not waiting for the PVCs (--no-wait)" in no_wait.stdout
+    assert "pod(s) Ready" not in no_wait.stdout
+
+    # A change (here a values change) waits for the pods; the workers never start.
+    env = {"HPKV_CURVINE__EVICTION__TTL": "12h", "HPKV_TIMEOUT": "2s"}
+    result = _apply(curvine, "--yes", env=env)
+    assert result.exit_code == 1, result
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "timed out after 2s waiting for Curvine worker pods to start: 0/2 worker" in last
+    assert "rerun 'hpkv curvine apply' once they run" in last
+    assert _revisions(curvine, "curvine") == [1, 2]
+
+    # Nothing left to change: a rerun does not wait for pods (status reports them).
+    again = _apply(curvine, "--yes", env=env)
+    assert again.exit_code == 0, again
+    assert "curvine: nothing to do" in again.stdout
 
 
 def test_reinstall_over_kept_volumes_never_formats(curvine: CurvineEnv) -> None:

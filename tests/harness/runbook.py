@@ -365,6 +365,7 @@ CURVINE = StageHarness(
         ("GET", r"^/apis/storage\.k8s\.io/v1/storageclasses$"),
         ("PATCH", r"^/apis/storage\.k8s\.io/v1/storageclasses/"),
         ("GET", rf"^/api/v1/namespaces/{CURVINE_NAMESPACE}/persistentvolumeclaims$"),
+        ("GET", rf"^/api/v1/namespaces/{CURVINE_NAMESPACE}/pods$"),
         ("PATCH", rf"^/api/v1/namespaces/{ENDPOINT_NAMESPACE}/persistentvolumeclaims/"),
     ),
     invariants=_curvine_invariants,

@@ -39,6 +39,8 @@ from hpkv.stages.curvine.values import (
     worker_capacity_gi,
 )
 
+AFTER_FORMAT = "the format flags have been turned off, rerun with --reformat to retry"
+
 if TYPE_CHECKING:
     from hpkv.aws.irsa import IrsaRole
     from hpkv.runbook.profile import ClusterProfile
@@ -51,6 +53,8 @@ class CurvineStage(CurvineStatus):
     remove_flags = frozenset({"delete_data", "delete_volumes"})
     # Set by plan when the add-on is still CREATING/UPDATING: apply waits for it first.
     _addon_wait: str | None = None
+    # Set by plan: the Curvine release as planned; apply waits for its pods after a change.
+    _planned_runtime: ReleaseState | None = None
 
     # ============================================================================================
     # plan / apply
@@ -84,6 +88,7 @@ class CurvineStage(CurvineStatus):
             plan, self.release_state(self.csi_release, csi_chart, csi_values(self.cfg))
         )
         runtime = self.release_state(self.release, runtime_chart, desired)
+        self._planned_runtime = runtime
         self._plan_runtime(plan, runtime)
         if reformat:
             self._plan_reformat(plan, runtime, nodes)
@@ -327,7 +332,9 @@ class CurvineStage(CurvineStatus):
             self._ensure(state.name, state.chart, state.desired)
             return
         with self._format_flags_on(state):
-            self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), set())
+            self._wait_pods_ready(
+                "master", int(state.desired["master"]["replicas"]), set(), then=AFTER_FORMAT
+            )
 
     @contextlib.contextmanager
     def _format_flags_on(self, state: ReleaseState) -> Iterator[None]:
@@ -367,8 +374,9 @@ class CurvineStage(CurvineStatus):
     def _reformat(self, state: ReleaseState) -> None:
         with self._format_flags_on(state):
             deleted = self._delete_cluster_pods()
-            self._wait_pods_ready("master", int(state.desired["master"]["replicas"]), deleted)
-            self._wait_pods_ready("worker", int(state.desired["worker"]["replicas"]), deleted)
+            for component in ("master", "worker"):
+                replicas = int(state.desired[component]["replicas"])
+                self._wait_pods_ready(component, replicas, deleted, then=AFTER_FORMAT)
 
     def _component_selector(self, component: str) -> str:
         return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component={component}"
@@ -388,8 +396,10 @@ class CurvineStage(CurvineStatus):
                     deleted.add(pod.metadata.uid)
         return deleted
 
-    def _wait_pods_ready(self, component: str, replicas: int, replaced: set[str]) -> None:
-        """Wait (always: a format must complete before the flags go off) for new Ready pods."""
+    def _wait_pods_ready(
+        self, component: str, replicas: int, replaced: set[str], *, then: str
+    ) -> None:
+        """Wait for Ready pods that are not among ``replaced`` (UIDs); ``then`` ends the fix."""
         core = self.ctx.kube.core
 
         def done(items: list[Any]) -> tuple[bool, str]:
@@ -402,7 +412,7 @@ class CurvineStage(CurvineStatus):
             {"namespace": self.namespace, "label_selector": self._component_selector(component)},
             done,
             fix=f"check 'kubectl -n {self.namespace} get pods -l app.kubernetes.io/component="
-            f"{component}'; the format flags have been turned off, rerun with --reformat to retry",
+            f"{component}'; {then}",
         )
 
     # --- L2 StorageClass and PVCs ------------------------------------------------------------
@@ -474,10 +484,25 @@ class CurvineStage(CurvineStatus):
         if self.ctx.options.wait is False:
             result.notes.append("not waiting for the PVCs (--no-wait); check 'hpkv curvine status'")
             return result
+        runtime = self._planned_runtime
+        if runtime is not None and any(a.target == runtime.target for a in result.performed):
+            result.checks.append(self._wait_cluster_ready(runtime))
         result.checks.append(self._wait_pvcs_bound())
         if result.performed:
             result.notes.append("check Curvine's health with 'hpkv curvine status'")
         return result
+
+    def _wait_cluster_ready(self, runtime: ReleaseState) -> Check:
+        """After an install or upgrade, the master and one worker per GPU node Ready: the L2
+        wiring that follows mounts the cache through them."""
+        masters = int(runtime.desired["master"]["replicas"])
+        workers = int(runtime.desired["worker"]["replicas"])
+        then = "rerun 'hpkv curvine apply' once they run (it changes nothing more)"
+        self._wait_pods_ready("master", masters, set(), then=then)
+        self._wait_pods_ready("worker", workers, set(), then=then)
+        return self.check(
+            "pods", CheckState.OK, f"{masters} master and {workers} worker pod(s) Ready"
+        )
 
     def _wait_pvcs_bound(self) -> Check:
         namespaces = set(self.pvc_namespaces())
