@@ -223,7 +223,9 @@ def test_apply_waits_for_curvine_to_run_unless_no_wait(curvine: CurvineEnv) -> N
     curvine.player.stalled.add("curvine-worker")
     no_wait = _apply(curvine, "--yes", "--no-wait")
     assert no_wait.exit_code == 0, no_wait
-    assert "not waiting for the PVCs (--no-wait)" in no_wait.stdout
+    assert "not waiting for Curvine's pods or the PVCs (--no-wait)" in " ".join(
+        no_wait.stdout.split()
+    )
     assert "pod(s) Ready" not in no_wait.stdout
 
     # A change (here a values change) waits for the pods; the workers never start.

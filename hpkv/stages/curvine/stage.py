@@ -482,7 +482,9 @@ class CurvineStage(CurvineStatus):
             self._wait_addon(self._addon_wait)
         result = self.run_plan(plan)
         if self.ctx.options.wait is False:
-            result.notes.append("not waiting for the PVCs (--no-wait); check 'hpkv curvine status'")
+            result.notes.append(
+                "not waiting for Curvine's pods or the PVCs (--no-wait); check 'hpkv curvine status'"
+            )
             return result
         runtime = self._planned_runtime
         if runtime is not None and any(a.target == runtime.target for a in result.performed):
