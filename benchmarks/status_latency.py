@@ -296,7 +296,7 @@ def timeline() -> None:
             events.append((started - origin[0], time.perf_counter() - origin[0], what))
 
     def timed_client(clients, service):  # type: ignore[no-untyped-def]
-        if service in clients._clients:
+        if service in clients.built:
             return aws_client(clients, service)
         return timed(
             f"boto3 client {service} (lock wait included)", lambda: aws_client(clients, service)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from hpkv.concurrency import TaskRunner, fan_out
 
 
@@ -80,9 +82,6 @@ def test_fewer_gc_pauses_freezes_older_objects_for_the_block_and_restores_the_co
         assert gc.isenabled()  # new cyclic garbage is still collected
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
-    try:
-        with fewer_gc_pauses():
-            raise KeyError("boom")
-    except KeyError:
-        pass
+    with pytest.raises(KeyError), fewer_gc_pauses():
+        raise KeyError("boom")
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

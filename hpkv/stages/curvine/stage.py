@@ -39,7 +39,9 @@ from hpkv.stages.curvine.values import (
     worker_capacity_gi,
 )
 
+# How a Curvine pod wait's fix ends: after a format, and after an install or upgrade.
 AFTER_FORMAT = "the format flags have been turned off, rerun with --reformat to retry"
+AFTER_CHANGE = "rerun 'hpkv curvine apply' once they run (it changes nothing more)"
 
 if TYPE_CHECKING:
     from hpkv.aws.irsa import IrsaRole
@@ -374,9 +376,7 @@ class CurvineStage(CurvineStatus):
     def _reformat(self, state: ReleaseState) -> None:
         with self._format_flags_on(state):
             deleted = self._delete_cluster_pods()
-            for component in ("master", "worker"):
-                replicas = int(state.desired[component]["replicas"])
-                self._wait_pods_ready(component, replicas, deleted, then=AFTER_FORMAT)
+            self._wait_cluster_ready(state, deleted, then=AFTER_FORMAT)
 
     def _component_selector(self, component: str) -> str:
         return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component={component}"
@@ -488,20 +488,19 @@ class CurvineStage(CurvineStatus):
             return result
         runtime = self._planned_runtime
         if runtime is not None and any(a.target == runtime.target for a in result.performed):
-            result.checks.append(self._wait_cluster_ready(runtime))
+            result.checks.append(self._wait_cluster_ready(runtime, set(), then=AFTER_CHANGE))
         result.checks.append(self._wait_pvcs_bound())
         if result.performed:
             result.notes.append("check Curvine's health with 'hpkv curvine status'")
         return result
 
-    def _wait_cluster_ready(self, runtime: ReleaseState) -> Check:
-        """After an install or upgrade, the master and one worker per GPU node Ready: the L2
-        wiring that follows mounts the cache through them."""
-        masters = int(runtime.desired["master"]["replicas"])
-        workers = int(runtime.desired["worker"]["replicas"])
-        then = "rerun 'hpkv curvine apply' once they run (it changes nothing more)"
-        self._wait_pods_ready("master", masters, set(), then=then)
-        self._wait_pods_ready("worker", workers, set(), then=then)
+    def _wait_cluster_ready(self, state: ReleaseState, replaced: set[str], *, then: str) -> Check:
+        """The master and one worker per GPU node Ready (none of the ``replaced`` pods): after
+        an install or upgrade the L2 wiring that follows mounts the cache through them."""
+        masters = int(state.desired["master"]["replicas"])
+        workers = int(state.desired["worker"]["replicas"])
+        self._wait_pods_ready("master", masters, replaced, then=then)
+        self._wait_pods_ready("worker", workers, replaced, then=then)
         return self.check(
             "pods", CheckState.OK, f"{masters} master and {workers} worker pod(s) Ready"
         )
